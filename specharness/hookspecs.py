@@ -1,0 +1,91 @@
+"""The plugin contract (pluggy, project name ``specharness``): every hook in one module.
+
+A plugin is a plain module (or object) with ``@hookimpl`` functions named as below. Built-ins
+live in ``methods/`` and ``specharness/verify.py``; third parties register through the entry-point
+group ``specharness`` or ``--plugin MODULE_OR_FILE.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+import pluggy
+
+from .options import OptionSpec
+
+if TYPE_CHECKING:
+    from .records import QuestionResult, Round
+
+hookspec = pluggy.HookspecMarker("specharness")
+hookimpl = pluggy.HookimplMarker("specharness")
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """A named drafter. ``build(target, options)`` returns an object with the Drafter interface
+    (``specharness.engine.Drafter``); the engine does everything else."""
+
+    name: str
+    build: Callable[..., Any]
+    options: list[OptionSpec] = field(default_factory=list)
+    help: str = ""
+    params: Callable[..., int] | None = None  # extra parameters the drafter adds, if any
+
+
+@dataclass(frozen=True)
+class DecoderSpec:
+    """A baseline that decodes on its own (transformers' ``generate`` and its peers).
+    ``build(target, options)`` returns ``generate(prompt_ids, settings) -> Generation``."""
+
+    name: str
+    build: Callable[..., Any]
+    options: list[OptionSpec] = field(default_factory=list)
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class VerifierSpec:
+    """A named acceptance rule: ``accept(logits, drafts, q, temperature, generator) -> Acceptance``."""
+
+    name: str
+    accept: Callable[..., Any]
+    sampling: bool
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class TrainerSpec:
+    """A named trainer (``python -m specharness train NAME``).
+    ``run(target, options, out_dir, resume) -> dict`` trains, checkpoints, and returns its report."""
+
+    name: str
+    run: Callable[..., Any]
+    options: list[OptionSpec] = field(default_factory=list)
+    help: str = ""
+
+
+class Hooks:
+    @hookspec
+    def specharness_drafters(self) -> list[DrafterSpec]:
+        """Drafters this plugin contributes (each becomes a method of the same name)."""
+
+    @hookspec
+    def specharness_decoders(self) -> list[DecoderSpec]:
+        """Self-contained decoders (baselines that bypass the engine)."""
+
+    @hookspec
+    def specharness_verifiers(self) -> list[VerifierSpec]:
+        """Acceptance rules this plugin contributes."""
+
+    @hookspec
+    def specharness_trainers(self) -> list[TrainerSpec]:
+        """Trainers for the parameters a drafter needs (adapters, heads)."""
+
+    @hookspec
+    def specharness_round(self, record: "Round") -> None:
+        """Observer: called after every draft -> verify -> accept round (and the prefill)."""
+
+    @hookspec
+    def specharness_question_done(self, result: "QuestionResult") -> None:
+        """Observer: called once a question (all its turns) has finished and been saved."""

@@ -1,0 +1,67 @@
+"""Declared method options and their validation (``-o KEY=VALUE`` on the command line)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import UsageError
+
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option a method declares: name, type, default, valid range and help text."""
+
+    name: str
+    type: str  # "int" | "float" | "str" | "bool"
+    default: Any
+    help: str
+    min: float | None = None
+    max: float | None = None
+    choices: tuple | None = None
+
+    def describe_range(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(map(str, self.choices))
+        lo = "-inf" if self.min is None else self.min
+        hi = "inf" if self.max is None else self.max
+        return f"[{lo}, {hi}]" if self.type in ("int", "float") else self.type
+
+    def parse(self, method: str, raw: Any) -> Any:
+        if self.type == "bool" and isinstance(raw, str):
+            if raw.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                raise UsageError(f"option {method}.{self.name} must be true or false, got '{raw}'")
+            value: Any = raw.lower() in ("1", "true", "yes")
+        else:
+            try:
+                value = _TYPES[self.type](raw) if raw is not None else None
+            except (TypeError, ValueError):
+                raise UsageError(f"option {method}.{self.name} must be {self.type}, got '{raw}'") from None
+        if value is None:
+            return value
+        if self.choices and value not in self.choices:
+            raise UsageError(f"option {method}.{self.name}={raw} is not {self.describe_range()}")
+        if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
+            raise UsageError(f"option {method}.{self.name}={raw} is outside {self.describe_range()}")
+        return value
+
+
+def resolve_options(method: str, specs: list[OptionSpec], given: dict[str, Any] | list[str]) -> dict[str, Any]:
+    """Defaults overlaid with the given values, each checked against its declaration."""
+    if isinstance(given, list):
+        pairs = {}
+        for item in given:
+            if "=" not in item:
+                raise UsageError(f"option '{item}' is not KEY=VALUE; write e.g. -o gamma=4")
+            key, value = item.split("=", 1)
+            pairs[key.strip()] = value.strip()
+        given = pairs
+    known = {s.name: s for s in specs}
+    for key in given:
+        if key not in known:
+            valid = ", ".join(known) or "none"
+            raise UsageError(f"method '{method}' has no option '{key}'; its options: {valid}")
+    return {s.name: s.parse(method, given.get(s.name, s.default)) if s.name in given else s.default
+            for s in specs}
