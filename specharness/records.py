@@ -33,7 +33,9 @@ class QuestionResult:
     question_id: int | str
     category: str
     subtask: str
+    method: str = ""
     turns: list[str] = field(default_factory=list)
     generations: list[Generation] = field(default_factory=list)
     truncated: list[bool] = field(default_factory=list)
     seed: int = 0
+    wall_time_repeats: list[list[float]] = field(default_factory=list)  # per turn, every timed repeat

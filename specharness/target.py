@@ -236,10 +236,10 @@ class TargetModel:
         end = start + T
         keys, values = cache.k[layer, :, :end], cache.v[layer, :, :end]
         mask = None
-        if T > 1:
+        if T > 1 and start > 0:  # a block after a prefix: causal within the block, all of the prefix
             mask = torch.ones(T, end, dtype=torch.bool, device=x.device).tril(diagonal=start)
         o = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
-                                           enable_gqa=H != Hkv)
+                                           is_causal=T > 1 and start == 0, enable_gqa=H != Hkv)
         return F.linear(o[0].transpose(0, 1).reshape(T, H * d), w.wo)
 
     def layers(self, h: torch.Tensor, start: int, a: int, b: int, cache: KVCache) -> torch.Tensor:

@@ -1,0 +1,274 @@
+"""python -m specharness {run,compare,list,train} — the command line.
+
+Every user error becomes one line on stderr and exit code 2; Ctrl-C keeps every finished question
+on disk and says how to resume.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+RESULTS_DIR = Path("results") / "runs"
+
+
+def _common_model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model and machine")
+    g.add_argument("--model", default="smollm2",
+                   help="'smollm2' (embedded default), a .gguf file, or a local Hugging Face directory "
+                        "(LLaMA, Mistral or Qwen2 family) (default: %(default)s)")
+    g.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (default: %(default)s)")
+    g.add_argument("--device", default="cpu", help="cpu | cuda (default: %(default)s)")
+    g.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads, recorded in every result (default: all cores, %(default)s = os.cpu_count())")
+    g.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE.py",
+                   help="load a third-party plugin (repeatable)")
+
+
+def _decode_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("questions and decoding")
+    g.add_argument("--bench-file", default=None,
+                   help="Spec-Bench question.jsonl (default: $SPECHARNESS_SPECBENCH, else "
+                        "../shared/specbench/question.jsonl, else the built-in sample)")
+    g.add_argument("--subtasks", default=None,
+                   help="comma-separated: multi_turn,translation,summarization,qa,math_reasoning,rag (default: all)")
+    g.add_argument("--limit", type=int, default=None, help="first N questions of each subtask (default: all)")
+    g.add_argument("--max-new-tokens", type=int, default=128, help="per turn (default: %(default)s)")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: %(default)s)")
+    g.add_argument("--seed", type=int, default=0, help="base seed; each question derives its own (default: %(default)s)")
+    g.add_argument("--verifier", default=None,
+                   help="acceptance rule (default: greedy at temperature 0, speculative-sampling above)")
+    g.add_argument("--repeats", type=int, default=1, help="timed runs per question and method; the median is kept (default: %(default)s)")
+    g.add_argument("--warmup", type=int, default=1, help="untimed warm-up runs before the first question (default: %(default)s)")
+    g.add_argument("--resume", action="store_true", help="continue an existing result file, skipping finished questions")
+    g.add_argument("--overwrite", action="store_true", help="replace an existing result file")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specharness",
+        description="Benchmark self-drafting speculative decoding methods on Spec-Bench: speed with "
+                    "confidence intervals, acceptance statistics, and checked losslessness.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    run = sub.add_parser("run", help="run one method over the questions and write a result file",
+                         description="Run one method over Spec-Bench questions; one JSON line per question "
+                                     "is appended as it finishes (Spec-Bench format), the run's header goes "
+                                     "to a .meta.json beside it, and a per-subtask summary ends the run.")
+    run.add_argument("--method", default="vanilla", help="a method from 'specharness list' (default: %(default)s)")
+    run.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
+                     help="method option, repeatable (see 'specharness list')")
+    run.add_argument("--out", default=None,
+                     help="result file (default: results/runs/<model>/<method>[-options]-<dtype>-temp<T>-n<N>.jsonl)")
+    _common_model_args(run)
+    _decode_args(run)
+
+    cmp_ = sub.add_parser("compare", help="run several methods interleaved on the same questions",
+                          description="Run several methods question by question in rotating order "
+                                      "(A B C, B C A, ...) so machine drift falls on all alike; one result "
+                                      "file per method.")
+    cmp_.add_argument("--methods", default="vanilla,hf-generate", help="comma-separated (default: %(default)s)")
+    cmp_.add_argument("-o", "--option", action="append", default=[], metavar="METHOD.KEY=VALUE",
+                      help="option of one method, repeatable, e.g. -o kangaroo.eta=0.4")
+    cmp_.add_argument("--out-dir", default=None, help="directory for the result files (default: results/runs/<model>/)")
+    _common_model_args(cmp_)
+    _decode_args(cmp_)
+
+    ls = sub.add_parser("list", help="methods with their options, subtasks, verifiers, trainers")
+    ls.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE.py")
+
+    tr = sub.add_parser("train", help="train what a drafter needs (e.g. 'train kangaroo')",
+                        description="Train a drafter's parameters with the target frozen; see 'specharness list' "
+                                    "for each trainer's options.")
+    tr.add_argument("trainer", help="trainer name, e.g. kangaroo")
+    tr.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE")
+    tr.add_argument("--out", default=None, help="output directory (default: the trainer's cache directory)")
+    tr.add_argument("--resume", action="store_true", help="continue from the last epoch checkpoint")
+    _common_model_args(tr)
+    return parser
+
+
+def _setup_threads(threads: int | None) -> int:
+    import torch
+    n = threads or os.cpu_count() or 1
+    if n < 1:
+        raise UsageError(f"--threads must be at least 1, got {n}")
+    torch.set_num_threads(n)
+    return n
+
+
+def _load_target(args):
+    from .target import TargetModel
+    return TargetModel.load(args.model, args.dtype, args.device)
+
+
+def _method_options(methods: list[str], raw: list[str], single: bool) -> dict[str, list[str]]:
+    """Split -o values by method: METHOD.KEY=VALUE, or plain KEY=VALUE when one method runs."""
+    out: dict[str, list[str]] = {m: [] for m in methods}
+    for item in raw:
+        key = item.split("=", 1)[0]
+        if "." in key and key.split(".", 1)[0] in out:
+            m, rest = item.split(".", 1)
+            out[m].append(rest)
+        elif single:
+            out[methods[0]].append(item)
+        else:
+            raise UsageError(f"option '{item}' does not name its method; write METHOD.KEY=VALUE, "
+                             f"METHOD one of {', '.join(methods)}")
+    return out
+
+
+def _default_name(method, settings, dtype: str) -> str:
+    opts = "".join(f"-{k}={v}" for k, v in sorted(method.changed.items()))
+    return f"{method.name}{opts}-{dtype}-temp{settings.temperature:g}-n{settings.max_new_tokens}.jsonl"
+
+
+def cmd_run(args, methods_arg: list[str]) -> int:
+    from tqdm import tqdm
+
+    from .hookspecs import hookimpl
+    from .plugins import build_registry
+    from .results import ResultWriter, provenance
+    from .runner import Settings, build_method, check_settings, run_all
+    from .summary import print_summary
+    from tasks.specbench import find_question_file, load_questions, parse_subtasks, select
+
+    settings = Settings(args.max_new_tokens, args.temperature, args.seed, args.repeats, args.warmup)
+    check_settings(settings)
+    registry = build_registry(args.plugin)
+    for m in methods_arg:
+        registry.method(m)
+    if len(set(methods_arg)) != len(methods_arg):
+        raise UsageError("a method is listed twice in --methods; list each once")
+    raw_opts = _method_options(methods_arg, args.option, single=len(methods_arg) == 1)
+    qfile = find_question_file(args.bench_file)
+    questions = select(load_questions(qfile), parse_subtasks(args.subtasks), args.limit)
+    threads = _setup_threads(args.threads)
+    target = _load_target(args)
+    methods = []
+    for name in methods_arg:
+        methods.append(build_method(registry, name, raw_opts[name], target, settings.temperature, args.verifier))
+
+    if getattr(args, "out", None):
+        paths = {methods[0].name: Path(args.out)}
+    else:
+        base = Path(args.out_dir) if getattr(args, "out_dir", None) else RESULTS_DIR / target.name
+        paths = {m.name: base / _default_name(m, settings, args.dtype) for m in methods}
+    writers = {}
+    for m in methods:
+        meta = provenance(model=target.name, model_source=target.source, dtype=args.dtype, device=args.device,
+                          threads=threads, method=m.name, options=m.options, verifier=m.verifier,
+                          max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
+                          seed=settings.seed, repeats=settings.repeats, warmup=settings.warmup,
+                          question_file=str(qfile), extra_params=m.extra_params,
+                          target_params=target.n_parameters, compared_with=methods_arg)
+        writers[m.name] = ResultWriter(paths[m.name], meta, resume=args.resume, overwrite=args.overwrite)
+    done = {name: w.done for name, w in writers.items()}
+    pending = sum(q.question_id not in done[m.name] for q in questions for m in methods)
+
+    bar = tqdm(total=pending, unit="answer", desc=",".join(methods_arg), dynamic_ncols=True)
+    stats: dict[str, Any] = {"truncated": 0}
+
+    class Observer:  # the result writer and the progress bar are observers like any other
+        @hookimpl
+        def specharness_question_done(self, result):
+            writers[result.method].append(result)
+            stats["truncated"] += sum(result.truncated)
+            toks = sum(len(g.token_ids) for g in result.generations)
+            secs = sum(g.wall_time for g in result.generations)
+            bar.set_postfix_str(f"{result.method} {result.subtask} {toks / secs:.1f} tok/s")
+            bar.update(1)
+
+    observer = Observer()
+    registry.pm.register(observer, name="cli-observer")
+    hook = registry.pm.hook
+    try:
+        run_all(target, methods, questions, settings, done,
+                on_result=lambda r: hook.specharness_question_done(result=r),
+                on_round=(lambda rd: hook.specharness_round(record=rd)) if _has_round_observers(registry) else None)
+    except KeyboardInterrupt:
+        bar.close()
+        for w in writers.values():
+            w.close()
+        files = ", ".join(str(p) for p in paths.values())
+        print(f"\ninterrupted: finished questions are saved in {files}; rerun the same command with "
+              "--resume to continue", file=sys.stderr)
+        return 130
+    finally:
+        registry.pm.unregister(observer)
+    bar.close()
+    for w in writers.values():
+        w.close()
+    if stats["truncated"]:
+        print(f"warning: {stats['truncated']} prompt(s) were longer than the context and left-truncated", file=sys.stderr)
+    print_summary(list(paths.values()), questions=[q.question_id for q in questions])
+    return 0
+
+
+def _has_round_observers(registry) -> bool:
+    return bool(registry.pm.hook.specharness_round.get_hookimpls())
+
+
+def cmd_list(args) -> int:
+    from .plugins import build_registry
+    from tasks.specbench import SUBTASKS
+    reg = build_registry(args.plugin)
+    print("methods:")
+    for name in reg.methods:
+        spec = reg.method(name)
+        print(f"  {name:24s} {spec.help}")
+        for o in spec.options:
+            print(f"      -o {o.name}=<{o.type}>  default {o.default!r}, {o.describe_range()}: {o.help}")
+    print("verifiers:")
+    for name, v in sorted(reg.verifiers.items()):
+        print(f"  {name:24s} {v.help}")
+    print("trainers:")
+    for name, t in sorted(reg.trainers.items()):
+        print(f"  {name:24s} {t.help}")
+        for o in t.options:
+            print(f"      -o {o.name}=<{o.type}>  default {o.default!r}, {o.describe_range()}: {o.help}")
+    print("subtasks:\n  " + ", ".join(SUBTASKS))
+    return 0
+
+
+def cmd_train(args) -> int:
+    import json
+
+    from .options import resolve_options
+    from .plugins import build_registry
+    reg = build_registry(args.plugin)
+    spec = reg.trainer(args.trainer)
+    options = resolve_options(args.trainer, spec.options, args.option)
+    threads = _setup_threads(args.threads)
+    target = _load_target(args)
+    report = spec.run(target, options, Path(args.out) if args.out else None, args.resume)
+    report = {**(report or {}), "threads": threads}
+    print(json.dumps(report, indent=1, default=str))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "run":
+            return cmd_run(args, [args.method])
+        if args.command == "compare":
+            return cmd_run(args, [m.strip() for m in args.methods.split(",") if m.strip()])
+        if args.command == "list":
+            return cmd_list(args)
+        if args.command == "train":
+            return cmd_train(args)
+    except UsageError as exc:
+        print(f"specharness: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    return 2

@@ -1,0 +1,187 @@
+"""Result files: one JSON line per question, Spec-Bench compatible, written as each one finishes.
+
+``RUN.jsonl`` holds only question records, so Spec-Bench's ``evaluation/speed.py`` (which reads
+every line as a question) works on it unchanged. How the run was produced (command, commit,
+model, device, threads, versions, method and options) lives beside it in ``RUN.meta.json``.
+
+Each line is appended, flushed and fsynced before the next question starts; the sidecar is
+replaced atomically. A torn last line (power cut, kill -9) is dropped on resume.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import UsageError
+from .records import QuestionResult
+
+FORMAT = "specharness-result/1"
+# settings that must match for a resumed file or a vanilla baseline to be comparable
+IDENTITY = ("model", "dtype", "device", "method", "options", "verifier", "max_new_tokens", "temperature", "seed")
+BASELINE_IDENTITY = ("model", "dtype", "device", "max_new_tokens", "temperature")
+
+
+def meta_path(path: Path) -> Path:
+    name = path.name[:-len(".jsonl")] if path.name.endswith(".jsonl") else path.name
+    return path.with_name(name + ".meta.json")
+
+
+def git_commit() -> str:
+    try:
+        root = Path(__file__).resolve().parents[1]
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return (commit + ("-dirty" if dirty else "")) if commit else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def provenance(**fields: Any) -> dict[str, Any]:
+    """The header every result file carries: how to rerun it and on what it ran."""
+    import torch
+    import transformers
+    head = {
+        "format": FORMAT,
+        "command": "python -m specharness " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        "git_commit": git_commit(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": platform.processor() or platform.machine(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    head.update(fields)
+    return head
+
+
+def question_record(result: QuestionResult, meta: dict[str, Any]) -> dict[str, Any]:
+    """A Spec-Bench answer line, plus token ids, per-round counts, timings and the seed."""
+    gens = result.generations
+    accept_lengths = [r.accepted + 1 for g in gens for r in g.rounds]
+    return {
+        "question_id": result.question_id,
+        "category": result.category,
+        "subtask": result.subtask,
+        "answer_id": f"{meta['method']}-{result.question_id}",
+        "model_id": f"{meta['model']}-{meta['method']}",
+        "method": meta["method"],
+        "choices": [{
+            "index": 0,
+            "turns": result.turns,
+            "token_ids": [g.token_ids for g in gens],
+            "new_tokens": [len(g.token_ids) for g in gens],
+            "wall_time": [g.wall_time for g in gens],
+            "wall_time_repeats": [list(w) for w in result.wall_time_repeats],
+            "decoding_steps": [len(g.rounds) for g in gens],
+            "accept_lengths": accept_lengths,
+            "stop": [g.stop for g in gens],
+            "rounds": [{
+                "drafted": [r.drafted for r in g.rounds],
+                "accepted": [r.accepted for r in g.rounds],
+                "draft_s": [round(r.draft_s, 7) for r in g.rounds],
+                "verify_s": [round(r.verify_s, 7) for r in g.rounds],
+                "accept_s": [round(r.accept_s, 7) for r in g.rounds],
+            } for g in gens],
+        }],
+        "truncated": result.truncated,
+        "seed": result.seed,
+        "tstamp": time.time(),
+    }
+
+
+def _read_lines(path: Path) -> tuple[list[dict], int]:
+    """Complete records and the byte length they occupy (a torn tail is not counted)."""
+    records, good = [], 0
+    with open(path, "rb") as fh:
+        for raw in fh:
+            if not raw.endswith(b"\n"):
+                break
+            try:
+                records.append(json.loads(raw))
+            except json.JSONDecodeError:
+                break
+            good += len(raw)
+    return records, good
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    mp = meta_path(path)
+    if not mp.is_file():
+        raise UsageError(f"{path} has no header file {mp.name}; it was not written by specharness "
+                         "(or the header was removed): rerun, or copy the header beside it")
+    try:
+        return json.loads(mp.read_text())
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{mp} is not valid JSON ({exc.msg}, line {exc.lineno}); restore or delete it") from None
+
+
+def read_results(path: Path | str) -> tuple[dict[str, Any], list[dict]]:
+    """(header, question records) of one result file."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"result file '{path}' does not exist")
+    return read_meta(path), _read_lines(path)[0]
+
+
+def iter_result_files(directory: Path) -> Iterator[Path]:
+    if directory.is_dir():
+        yield from sorted(p for p in directory.glob("*.jsonl") if meta_path(p).is_file())
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class ResultWriter:
+    """Appends question records to one method's result file; resumes or refuses as asked."""
+
+    def __init__(self, path: Path | str, meta: dict[str, Any], resume: bool = False, overwrite: bool = False):
+        self.path = Path(path)
+        self.meta = meta
+        self.done: set = set()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists() and not overwrite:
+            if not resume:
+                raise UsageError(f"{self.path} already exists; add --resume to continue it, --overwrite "
+                                 "to start again, or --out to write elsewhere")
+            old = read_meta(self.path)
+            diff = [k for k in IDENTITY if old.get(k) != meta.get(k)]
+            if diff:
+                k = diff[0]
+                raise UsageError(f"cannot resume {self.path}: it was written with {k}={old.get(k)!r}, "
+                                 f"this run has {k}={meta.get(k)!r}; use another --out or the same settings")
+            records, good = _read_lines(self.path)
+            with open(self.path, "r+b") as fh:  # drop a torn last line
+                fh.truncate(good)
+            self.done = {r["question_id"] for r in records}
+            meta = {**old, "resumed": old.get("resumed", []) + [meta.get("command")]}
+            self.meta = meta
+        elif self.path.exists():
+            self.path.unlink()
+        _write_atomic(meta_path(self.path), json.dumps(self.meta, indent=1) + "\n")
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def append(self, result: QuestionResult) -> None:
+        self._fh.write(json.dumps(question_record(result, self.meta)) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self.done.add(result.question_id)
+
+    def close(self) -> None:
+        self._fh.close()

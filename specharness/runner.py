@@ -1,0 +1,154 @@
+"""Running methods over questions: turns, truncation, warm-up, repeats in rotating order.
+
+For every question each method runs ``repeats`` times, the method order rotating from one
+repeat (and question) to the next (A B C, B C A, ...), so drift of a shared, noisy machine falls
+on all methods alike. The first repeat's outputs are kept; later repeats must reproduce them
+token for token (greedy, or sampling with the same seed), else the run stops with an error.
+"""
+
+from __future__ import annotations
+
+import statistics
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .engine import generate
+from .errors import UsageError
+from .hookspecs import DecoderSpec
+from .options import resolve_options
+from .plugins import Registry
+from .records import Generation, QuestionResult
+from .target import TargetModel
+from tasks.specbench import Question
+
+
+@dataclass(frozen=True)
+class Settings:
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    seed: int = 0
+    repeats: int = 1
+    warmup: int = 1
+
+
+@dataclass
+class Method:
+    """A method ready to run: its name, resolved options, verifier and ``generate`` callable."""
+
+    name: str
+    options: dict
+    verifier: str
+    generate: Callable[..., Generation]  # (prompt_ids, settings, seed, on_round) -> Generation
+    extra_params: int = 0
+    changed: dict = field(default_factory=dict)  # options that differ from their defaults
+
+
+def check_settings(settings: Settings) -> None:
+    if settings.max_new_tokens <= 0:
+        raise UsageError(f"--max-new-tokens must be positive, got {settings.max_new_tokens}")
+    if settings.temperature < 0:
+        raise UsageError(f"--temperature must be >= 0, got {settings.temperature}")
+    if settings.repeats < 1:
+        raise UsageError(f"--repeats must be at least 1, got {settings.repeats}")
+    if settings.warmup < 0:
+        raise UsageError(f"--warmup must be >= 0, got {settings.warmup}")
+
+
+def build_method(registry: Registry, name: str, raw_options: list[str] | dict, target: TargetModel,
+                 temperature: float, verifier: str | None = None) -> Method:
+    """Resolve options and the verifier, build the drafter, and wrap it in the engine."""
+    spec = registry.method(name)
+    options = resolve_options(name, spec.options, raw_options)
+    changed = {o.name: options[o.name] for o in spec.options if options[o.name] != o.default}
+    sampling = temperature > 0
+    if isinstance(spec, DecoderSpec):
+        decode = spec.build(target, options)
+        return Method(name, options, "own",
+                      lambda ids, s, seed, on_round=None: decode(ids, s.max_new_tokens, s.temperature, seed),
+                      changed=changed)
+    vname = verifier or ("speculative-sampling" if sampling else "greedy")
+    vspec = registry.verifier(vname)
+    if vspec.sampling != sampling:
+        need = "a temperature > 0" if vspec.sampling else "--temperature 0"
+        raise UsageError(f"verifier '{vname}' needs {need}; drop --verifier to pick the right one")
+    drafter_factory = lambda: spec.build(target, options)  # noqa: E731
+    drafter_factory()  # validate options and load what the drafter needs now, not mid-run
+
+    def run(ids: list[int], s: Settings, seed: int, on_round=None) -> Generation:
+        return generate(target, drafter_factory(), vspec.accept, ids, s.max_new_tokens, s.temperature,
+                        seed, on_round)
+
+    extra = spec.params(target, options) if spec.params else 0
+    return Method(name, options, vname, run, extra, changed)
+
+
+def question_seed(seed: int, question_id) -> int:
+    return (seed * 1_000_003 + zlib.crc32(str(question_id).encode())) % 2**31
+
+
+def prompt_ids(target: TargetModel, messages: list[dict], max_new_tokens: int) -> tuple[list[int], bool]:
+    """Chat-template ids, left-truncated (flagged) when prompt + answer exceed the context."""
+    ids = target.chat_ids(messages)
+    room = target.max_context - max_new_tokens
+    if room <= 0:
+        raise UsageError(f"--max-new-tokens {max_new_tokens} leaves no room in the model's context "
+                         f"({target.max_context}); lower it")
+    return (ids[-room:], True) if len(ids) > room else (ids, False)
+
+
+def run_question(target: TargetModel, method: Method, q: Question, s: Settings,
+                 on_round=None) -> QuestionResult:
+    """All turns of one question; a later turn sees the model's own earlier answers."""
+    seed = question_seed(s.seed, q.question_id)
+    res = QuestionResult(q.question_id, q.category, q.subtask, method.name, seed=seed)
+    messages: list[dict] = []
+    for t, text in enumerate(q.turns):
+        messages.append({"role": "user", "content": text})
+        ids, cut = prompt_ids(target, messages, s.max_new_tokens)
+        gen = method.generate(ids, s, seed + t, on_round)
+        answer = target.decode(gen.token_ids)
+        messages.append({"role": "assistant", "content": answer})
+        res.turns.append(answer)
+        res.generations.append(gen)
+        res.truncated.append(cut)
+        res.wall_time_repeats.append([gen.wall_time])
+    return res
+
+
+def warm_up(target: TargetModel, methods: list[Method], questions: list[Question], s: Settings) -> None:
+    """Untimed runs so lazy initialisation and allocator growth do not land on question one."""
+    if not s.warmup or not questions:
+        return
+    short = Settings(min(16, s.max_new_tokens), s.temperature, s.seed)
+    for _ in range(s.warmup):
+        for m in methods:
+            run_question(target, m, Question("warmup", "qa", "qa", questions[0].turns[:1]), short)
+
+
+def run_all(target: TargetModel, methods: list[Method], questions: list[Question], s: Settings,
+            done: dict[str, set], on_result: Callable[[QuestionResult], None],
+            on_round=None) -> None:
+    """Every pending question under every method, repeats in rotating order, results as they finish."""
+    warm_up(target, methods, questions, s)
+    for qi, q in enumerate(questions):
+        todo = [m for m in methods if q.question_id not in done.get(m.name, set())]
+        if not todo:
+            continue
+        kept: dict[str, QuestionResult] = {}
+        for r in range(s.repeats):
+            shift = (qi + r) % len(todo)
+            for m in todo[shift:] + todo[:shift]:
+                res = run_question(target, m, q, s, on_round if r == 0 else None)
+                first = kept.setdefault(m.name, res)
+                if first is not res:
+                    if [g.token_ids for g in res.generations] != [g.token_ids for g in first.generations]:
+                        raise RuntimeError(f"{m.name} gave different tokens on repeat {r + 1} of question "
+                                           f"{q.question_id}: the method is not deterministic for a seed")
+                    for times, g in zip(first.wall_time_repeats, res.generations):
+                        times.append(g.wall_time)
+        for m in todo:
+            res = kept[m.name]
+            for times, g in zip(res.wall_time_repeats, res.generations):
+                g.wall_time = statistics.median(times)
+            on_result(res)
