@@ -133,9 +133,10 @@ def cmd_run(args, methods_arg: list[str]) -> int:
     from tqdm import tqdm
 
     from .hookspecs import hookimpl
+    from .options import resolve_options
     from .plugins import build_registry
     from .results import ResultWriter, provenance
-    from .runner import Settings, build_method, check_settings, run_all
+    from .runner import Settings, build_method, check_settings, resolve_verifier, run_all
     from .summary import print_summary
     from tasks.specbench import find_question_file, load_questions, parse_subtasks, select
 
@@ -147,6 +148,13 @@ def cmd_run(args, methods_arg: list[str]) -> int:
     if len(set(methods_arg)) != len(methods_arg):
         raise UsageError("a method is listed twice in --methods; list each once")
     raw_opts = _method_options(methods_arg, args.option, single=len(methods_arg) == 1)
+    for name in methods_arg:  # fail on a bad option or verifier before loading anything
+        resolve_options(name, registry.method(name).options, raw_opts[name])
+    resolve_verifier(registry, args.verifier, settings.temperature)
+    out = getattr(args, "out", None)
+    if out and Path(out).exists() and not (args.resume or args.overwrite):
+        raise UsageError(f"{out} already exists; add --resume to continue it, --overwrite to start again, "
+                         "or --out to write elsewhere")
     qfile = find_question_file(args.bench_file)
     questions = select(load_questions(qfile), parse_subtasks(args.subtasks), args.limit)
     threads = _setup_threads(args.threads)

@@ -55,6 +55,16 @@ def check_settings(settings: Settings) -> None:
         raise UsageError(f"--warmup must be >= 0, got {settings.warmup}")
 
 
+def resolve_verifier(registry: Registry, name: str | None, temperature: float):
+    """The named verifier, or the right default; a verifier for the other regime is refused."""
+    sampling = temperature > 0
+    vspec = registry.verifier(name or ("speculative-sampling" if sampling else "greedy"))
+    if vspec.sampling != sampling:
+        need = "a temperature > 0" if vspec.sampling else "--temperature 0"
+        raise UsageError(f"verifier '{vspec.name}' needs {need}; drop --verifier to pick the right one")
+    return vspec
+
+
 def build_method(registry: Registry, name: str, raw_options: list[str] | dict, target: TargetModel,
                  temperature: float, verifier: str | None = None) -> Method:
     """Resolve options and the verifier, build the drafter, and wrap it in the engine."""
@@ -67,11 +77,8 @@ def build_method(registry: Registry, name: str, raw_options: list[str] | dict, t
         return Method(name, options, "own",
                       lambda ids, s, seed, on_round=None: decode(ids, s.max_new_tokens, s.temperature, seed),
                       changed=changed)
-    vname = verifier or ("speculative-sampling" if sampling else "greedy")
-    vspec = registry.verifier(vname)
-    if vspec.sampling != sampling:
-        need = "a temperature > 0" if vspec.sampling else "--temperature 0"
-        raise UsageError(f"verifier '{vname}' needs {need}; drop --verifier to pick the right one")
+    vspec = resolve_verifier(registry, verifier, temperature)
+    vname = vspec.name
     drafter_factory = lambda: spec.build(target, options)  # noqa: E731
     drafter_factory()  # validate options and load what the drafter needs now, not mid-run
 

@@ -177,6 +177,8 @@ class TargetModel:
                 raise UsageError(f"model '{model}' is not a directory with a config.json; give a local "
                                  "Hugging Face directory, a .gguf file, or 'smollm2'")
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+        hf_logging.disable_progress_bar()  # one bar per run is ours; a second load bar is noise
         cfg = AutoConfig.from_pretrained(directory)
         if cfg.model_type not in SUPPORTED_FAMILIES:
             raise UsageError(f"model '{model}' is a '{cfg.model_type}' model; supported families: "

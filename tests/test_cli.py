@@ -1,0 +1,142 @@
+"""The command line: result files round-trip and resume; every bad input is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from specharness.cli import main
+from specharness.results import meta_path, read_results
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK = ["--subtasks", "qa", "--max-new-tokens", "6", "--warmup", "0"]
+
+
+def plugin_example(tmp_path: Path) -> Path:
+    """The plugin exactly as the README shows it."""
+    text = (ROOT / "README.md").read_text()
+    code = re.search(r"<!-- plugin-example -->\s*```python\n(.*?)```", text, re.S).group(1)
+    path = tmp_path / "prompt_lookup.py"
+    path.write_text(code)
+    return path
+
+
+def error_line(capsys, argv) -> str:
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["run", "--method", "nope"], "unknown method 'nope'; available: "),
+    (["run", "--subtasks", "qa,poetry"], "unknown subtask 'poetry'"),
+    (["run", "-o", "gamma=3"], "method 'vanilla' has no option 'gamma'"),
+    (["run", "-o", "gamma"], "is not KEY=VALUE"),
+    (["run", "--verifier", "lenient"], "unknown verifier 'lenient'; available: greedy, speculative-sampling"),
+    (["run", "--verifier", "speculative-sampling"], "needs a temperature > 0"),
+    (["run", "--bench-file", "/no/such/question.jsonl"], "does not exist"),
+    (["run", "--model", "/no/such/model"], "is not a directory with a config.json"),
+    (["run", "--model", "/no/such/model.gguf"], "does not exist"),
+    (["run", "--max-new-tokens", "0"], "--max-new-tokens must be positive"),
+    (["run", "--temperature", "-0.5"], "--temperature must be >= 0"),
+    (["run", "--limit", "0"], "--limit must be a positive number"),
+    (["compare", "--methods", "vanilla,vanilla"], "listed twice"),
+    (["compare", "--methods", "vanilla,hf-generate", "-o", "k=1"], "does not name its method"),
+    (["train", "nope"], "unknown trainer 'nope'"),
+])
+def test_bad_input_is_one_line(capsys, argv, expected):
+    assert expected in error_line(capsys, argv)
+
+
+def test_malformed_question_file_names_the_line(capsys, tmp_path):
+    qf = tmp_path / "q.jsonl"
+    qf.write_text('{"question_id": 1, "category": "qa", "turns": ["hi"]}\n{"question_id": 2, "turns": \n')
+    assert f"{qf}:2: malformed question" in error_line(capsys, ["run", "--bench-file", str(qf)])
+    qf.write_text('{"question_id": 1, "category": "poetry", "turns": ["hi"]}\n')
+    assert "unknown category 'poetry'" in error_line(capsys, ["run", "--bench-file", str(qf)])
+
+
+def test_unsupported_architecture(capsys, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    assert "supported families: llama, mistral, qwen2" in error_line(capsys, ["run", "--model", str(tmp_path)])
+
+
+def test_option_out_of_range_from_a_plugin(capsys, tmp_path):
+    err = error_line(capsys, ["run", "--plugin", str(plugin_example(tmp_path)), "--method", "prompt-lookup",
+                              "-o", "ngram=0"])
+    assert "option prompt-lookup.ngram=0 is outside [1, inf]" in err
+
+
+def test_result_file_round_trip_resume_and_refusals(capsys, tmp_path):
+    out = tmp_path / "v.jsonl"
+    assert main(["run", "--limit", "1", "--out", str(out), *QUICK]) == 0
+    meta, recs = read_results(out)
+    assert len(recs) == 1 and meta["method"] == "vanilla" and meta["threads"] >= 1
+    for key in ("command", "git_commit", "model", "dtype", "device", "torch", "transformers", "options"):
+        assert key in meta
+    choice = recs[0]["choices"][0]
+    # the fields Spec-Bench's speed.py reads, with the types it needs
+    assert isinstance(recs[0]["category"], str)
+    assert sum(choice["new_tokens"]) == len(choice["token_ids"][0]) > 0 and sum(choice["wall_time"]) > 0
+    assert choice["accept_lengths"] == [1] * sum(choice["new_tokens"]) and isinstance(choice["turns"][0], str)
+    assert json.loads(out.read_text().splitlines()[0])["question_id"] == recs[0]["question_id"]  # no header line
+
+    assert "already exists" in error_line(capsys, ["run", "--limit", "2", "--out", str(out), *QUICK])
+    err = error_line(capsys, ["run", "--limit", "2", "--out", str(out), "--resume", *QUICK[:-4],
+                              "--max-new-tokens", "7", "--warmup", "0"])
+    assert "written with max_new_tokens=6" in err
+
+    with open(out, "a") as fh:  # a torn last line, as after kill -9
+        fh.write('{"question_id": 999, "choi')
+    first = out.read_text().splitlines()[0]
+    assert main(["run", "--limit", "2", "--out", str(out), "--resume", *QUICK]) == 0
+    lines = out.read_text().splitlines()
+    assert len(lines) == 2 and lines[0] == first
+    assert [json.loads(x)["question_id"] for x in lines] == [321, 322]
+    assert len(json.loads(meta_path(out).read_text())["resumed"]) == 1
+
+
+def test_ctrl_c_keeps_finished_questions_and_resume_continues(capsys, tmp_path):
+    stopper = tmp_path / "stopper.py"
+    stopper.write_text(
+        "from specharness.hookspecs import hookimpl\n"
+        "@hookimpl\n"
+        "def specharness_question_done(result):\n"
+        "    raise KeyboardInterrupt\n")
+    out = tmp_path / "v.jsonl"
+    assert main(["run", "--limit", "3", "--out", str(out), "--plugin", str(stopper), *QUICK]) == 130
+    assert "--resume" in capsys.readouterr().err
+    assert len(out.read_text().splitlines()) == 1
+    assert main(["run", "--limit", "3", "--out", str(out), "--resume", *QUICK]) == 0
+    assert len(read_results(out)[1]) == 3
+
+
+def test_readme_plugin_runs_end_to_end_and_is_lossless(capsys, tmp_path):
+    plugin = plugin_example(tmp_path)
+    argv = ["--subtasks", "summarization", "--limit", "1", "--max-new-tokens", "24", "--warmup", "0"]
+    assert main(["run", "--plugin", str(plugin), "--method", "prompt-lookup", "--out",
+                 str(tmp_path / "pl.jsonl"), *argv]) == 0
+    assert main(["run", "--out", str(tmp_path / "v.jsonl"), *argv]) == 0
+    pl, v = read_results(tmp_path / "pl.jsonl")[1][0], read_results(tmp_path / "v.jsonl")[1][0]
+    assert pl["choices"][0]["token_ids"] == v["choices"][0]["token_ids"]
+    assert max(pl["choices"][0]["accept_lengths"]) > 1  # summarisation copies: drafts were accepted
+    assert "prompt-lookup" in capsys.readouterr().out
+
+
+def test_list_shows_methods_options_and_subtasks(capsys, tmp_path):
+    assert main(["list", "--plugin", str(plugin_example(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    for text in ("vanilla", "hf-generate", "prompt-lookup", "-o ngram=<int>  default 3", "greedy",
+                 "speculative-sampling", "math_reasoning"):
+        assert text in out
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    command = re.search(r"# 2\. .*\n(.*)\n", readme).group(1).strip()
+    assert command in (ROOT / ".ci" / "run").read_text()

@@ -1,0 +1,71 @@
+"""The lean forward must reproduce transformers, and the cache must cut back exactly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specharness.target import TargetModel
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2"])
+def test_lean_forward_matches_transformers(family):
+    target = TargetModel.tiny(family, vocab_size=97, n_layers=3, hidden_size=64, n_heads=4, n_kv_heads=2, seed=1)
+    ids = torch.randint(0, 97, (23,), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = target.hf(ids[None]).logits[0]
+    ours = target.logits(ids)
+    torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_incremental_blocks_match_one_pass():
+    """Prefill, then blocks of 1 and 3 tokens from a cache: same logits as one full pass."""
+    target = TargetModel.tiny("qwen2", vocab_size=50, n_layers=2, seed=2)
+    ids = list(range(3, 20))
+    full = target.logits(ids)
+    cache = target.new_cache(len(ids))
+    parts = [target.logits(ids[:10], cache, 0), target.logits(ids[10:11], cache, 10),
+             target.logits(ids[11:14], cache, 11), target.logits(ids[14:], cache, 14)]
+    torch.testing.assert_close(torch.cat(parts), full, rtol=1e-5, atol=1e-5)
+
+
+def test_cache_cut_back_after_rejected_drafts():
+    """After drafting and rejecting, the next logits equal a fresh forward of the accepted prefix."""
+    target = TargetModel.tiny("llama", vocab_size=40, n_layers=3, seed=3)
+    prefix, drafts = [5, 9, 1, 30, 7], [11, 12, 13, 14]
+    cache = target.new_cache(32)
+    target.logits(prefix, cache, 0)
+    # drafts through the shallow layers only (as a self-drafter does), then all layers
+    h = target.layers(target.embed(torch.tensor(drafts)), len(prefix), 0, 1, cache)
+    target.layers(h, len(prefix), 1, target.n_layers, cache)
+    accepted = drafts[:1]
+    cache.crop(len(prefix) + len(accepted))
+    nxt = [21, 22]
+    after = target.logits(nxt, cache, len(prefix) + len(accepted))
+    fresh = target.logits(prefix + accepted + nxt)[-len(nxt):]
+    torch.testing.assert_close(after, fresh, rtol=1e-5, atol=1e-5)
+
+
+def test_cache_refuses_gaps():
+    target = TargetModel.tiny("llama", vocab_size=40, n_layers=2, seed=3)
+    cache = target.new_cache(16)
+    target.logits([1, 2, 3], cache, 0)
+    with pytest.raises(RuntimeError, match="gap"):
+        target.logits([4], cache, 5)
+
+
+def test_smollm2_prefill_matches_transformers(smol, first_questions):
+    ids = smol.chat_ids([{"role": "user", "content": first_questions[3].turns[0]}])
+    with torch.no_grad():
+        ref = smol.hf(torch.tensor([ids])).logits[0, -4:]
+    ours = smol.logits(ids)[-4:]
+    torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
+    assert smol.n_layers == 30 and smol.vocab_size == 49152
+    assert smol.head_weight.data_ptr() == smol.embed_weight.data_ptr()  # tied head shared, not copied
+
+
+def test_second_load_is_fast(smol):
+    import time
+    started = time.perf_counter()
+    TargetModel.load()
+    assert time.perf_counter() - started < 3.0
