@@ -6,18 +6,18 @@ token is recorded as one round so CR and accept lengths read as for vanilla.
 
 from __future__ import annotations
 
-from time import perf_counter
-
 import torch
 
 from specharness.hookspecs import DecoderSpec, hookimpl
 from specharness.records import Generation, Round
+from specharness.timing import clock_for
 
 
 def hf_decoder(target, options: dict, **generate_kwargs):
     """A ``generate(prompt_ids, max_new_tokens, temperature, seed)`` over ``target.hf``."""
     hf = target.hf
     eos = sorted(target.eos_ids) or None
+    perf_counter = clock_for(target.device)
 
     @torch.inference_mode()
     def generate(prompt_ids: list[int], max_new_tokens: int, temperature: float, seed: int) -> Generation:

@@ -16,13 +16,13 @@ drafter that proposes nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from time import perf_counter
 from typing import Callable, Protocol
 
 import torch
 
 from .records import Generation, Round
 from .target import KVCache, TargetModel
+from .timing import clock_for
 
 
 @dataclass
@@ -80,6 +80,7 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
              max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
              on_round: Observer | None = None) -> Generation:
     """Decode one prompt with ``drafter`` proposing and ``accept`` deciding; returns ids and rounds."""
+    perf_counter = clock_for(target.device)
     started = perf_counter()
     n_prompt = len(prompt_ids)
     gen = torch.Generator(device=target.device).manual_seed(seed)

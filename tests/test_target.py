@@ -69,3 +69,18 @@ def test_second_load_is_fast(smol):
     started = time.perf_counter()
     TargetModel.load()
     assert time.perf_counter() - started < 3.0
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2"])
+def test_local_hf_directory_runs_through_the_cli(family, smol, tmp_path, capsys):
+    """A saved checkpoint of each family loads by path and answers a question end to end."""
+    from specharness.cli import main
+    from specharness.results import read_results
+    tiny = TargetModel.tiny(family, vocab_size=smol.vocab_size, n_layers=2, hidden_size=32, seed=7)
+    tiny.hf.save_pretrained(tmp_path / family)
+    smol.tokenizer.save_pretrained(tmp_path / family)
+    out = tmp_path / "r.jsonl"
+    assert main(["run", "--model", str(tmp_path / family), "--subtasks", "qa", "--limit", "1",
+                 "--max-new-tokens", "5", "--warmup", "0", "--out", str(out)]) == 0
+    meta, recs = read_results(out)
+    assert meta["model"] == family and recs[0]["choices"][0]["new_tokens"] == [5]
