@@ -1,0 +1,289 @@
+"""Train a Kangaroo adapter by self-distillation: ``python -m specharness train kangaroo``.
+
+1. Data (``specharness.selfdistill``): the target writes its own conversations; the hidden states
+   entering the exit layer and the top-k (``topk``, default 32) of the target's next-token
+   distribution at every answer position are captured during that same generation, so no second
+   pass over the data is needed. The dataset is reused when it exists with the same recipe.
+2. Training: the frozen target's shallow states go through the adapter (its attention runs through
+   ``TargetModel.attention``, the very code the drafter uses at inference) and the shared LM head
+   restricted to the ``draft_vocab`` most frequent answer tokens (0 = full head). The loss is the
+   paper's cross-entropy against the target's distribution (soft labels), truncated to its top-k:
+   ``-sum_{v in topk ∩ draft vocab} p(v) log q(v)``. AdamW, linear warm-up, cosine decay, grad-norm
+   clip 1.0; one sequence per forward, ``seqs_per_step`` sequences per optimizer step.
+3. Reported (printed and saved as report.json): wall time and FLOPs of data generation and of
+   training, tokens used, adapter parameters and their share of the target's, final loss, held-out
+   top-1 agreement of the draft with the target (and of the untrained adapter, for scale), and the
+   peak resident memory.
+
+FLOPs of training count matmuls only: per position, the adapter forward is 2 x adapter weights +
+4 x context x heads x head_dim (attention), the head 2 x hidden x draft rows (trained positions);
+backward is counted as twice the forward.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from specharness import selfdistill as sd
+from specharness.errors import UsageError
+from specharness.hookspecs import TrainerSpec
+from specharness.options import OptionSpec
+from specharness.target import TargetModel, cache_root
+
+OPTIONS = [
+    OptionSpec("exit_layer", "int", 2, "early-exit layer l the adapter reads (1..L-1)", min=1),
+    OptionSpec("draft_vocab", "int", 4096, "draft head rows: the N most frequent answer tokens (0 = full head)", min=0),
+    OptionSpec("conversations", "int", 512, "self-generated conversations", min=8),
+    OptionSpec("max_answer_tokens", "int", 256, "longest self-generated answer", min=8),
+    OptionSpec("epochs", "int", 4, "passes over the training conversations", min=1),
+    OptionSpec("lr", "float", 2e-3, "AdamW peak learning rate", min=0.0),
+    OptionSpec("weight_decay", "float", 0.0, "AdamW weight decay", min=0.0),
+    OptionSpec("seqs_per_step", "int", 8, "conversations per optimizer step", min=1),
+    OptionSpec("topk", "int", 32, "soft labels keep the target's top-k probabilities", min=1, max=1024),
+    OptionSpec("held_out", "float", 0.05, "share of conversations held out for agreement", min=0.0, max=0.5),
+    OptionSpec("gen_batch", "int", 32, "conversations generated per batch", min=1),
+    OptionSpec("seed", "int", 0, "seed for data sampling, split, and initialisation"),
+    OptionSpec("data", "str", "", "self-distillation data directory (default: a shared cache directory "
+               "named after the model and recipe; reused when it matches)"),
+]
+
+
+def _settings(options: dict) -> sd.GenerationSettings:
+    return sd.GenerationSettings(conversations=options["conversations"],
+                                 max_answer_tokens=options["max_answer_tokens"],
+                                 batch_size=options["gen_batch"], seed=options["seed"],
+                                 capture_layers=(options["exit_layer"],), topk=options["topk"])
+
+
+def _data_dir(target: TargetModel, options: dict, s: sd.GenerationSettings) -> Path:
+    if options["data"]:
+        return Path(options["data"])
+    import hashlib
+    key = hashlib.sha1(json.dumps(s.text_key(), sort_keys=True).encode()).hexdigest()[:10]
+    return cache_root() / "selfdistill" / f"{target.name}-{key}"
+
+
+def _features(target, ds, meta, data_dir: Path, l: int, topk: int) -> dict[str, torch.Tensor]:
+    """Captured features when they fit this run; otherwise teacher-forced ones (cached beside)."""
+    s = meta["settings"]
+    if l in s["capture_layers"] and s["topk"] >= topk and (data_dir / "features.safetensors").is_file():
+        f = sd.load_features(data_dir)
+        return {"hidden": f[f"hidden.{l}"], "ids": f["topk_ids"][:, :topk], "probs": f["topk_probs"][:, :topk],
+                "offsets": f["offsets"]}
+    extra = data_dir / f"features-l{l}-k{topk}.safetensors"
+    if extra.is_file():
+        from safetensors.torch import load_file
+        f = load_file(str(extra))
+    else:
+        from safetensors.torch import save_file
+        f = sd.compute_features(target, ds, (l,), topk)
+        save_file(f, str(extra))
+    return {"hidden": f[f"hidden.{l}"], "ids": f["topk_ids"], "probs": f["topk_probs"], "offsets": f["offsets"]}
+
+
+def _peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
+
+
+class _Batches:
+    """Per-conversation tensors for training: states, trained positions, soft labels in head rows."""
+
+    def __init__(self, feats: dict, rows: torch.Tensor | None, vocab_size: int, device) -> None:
+        self.f = feats
+        self.device = device
+        self.lookup = None
+        if rows is not None:  # full-vocabulary id -> index in the draft head, -1 outside it
+            self.lookup = torch.full((vocab_size,), -1, dtype=torch.long)
+            self.lookup[rows.cpu()] = torch.arange(rows.numel())
+
+    def __call__(self, i: int):
+        o = self.f["offsets"]
+        a, b = int(o[i]), int(o[i + 1])
+        x = self.f["hidden"][a:b]
+        ids = self.f["ids"][a:b].long()
+        probs = self.f["probs"][a:b].float()
+        sel = (ids[:, 0] >= 0).nonzero()[:, 0]
+        ids, probs = ids[sel], probs[sel]
+        top1 = ids[:, 0].clone()
+        if self.lookup is not None:
+            ids = self.lookup[ids.clamp(min=0)]
+            probs = torch.where(ids >= 0, probs, torch.zeros_like(probs))
+            ids = ids.clamp(min=0)
+        return x.to(self.device), sel.to(self.device), ids.to(self.device), probs.to(self.device), top1
+
+
+def _step_outputs(target, adapter, x, sel, rows):
+    cache = target.new_cache(x.shape[0], n_layers=1)
+    hn = adapter(target, x.to(target.dtype), cache, 0)
+    return target.head(hn[sel], rows).float()
+
+
+def _evaluate(target, adapter, batches, indices, rows) -> dict:
+    """Held-out loss and top-1 agreement (draft argmax over its head == target argmax)."""
+    tot, agree, loss_sum = 0, 0, 0.0
+    with torch.no_grad():
+        for i in indices:
+            x, sel, ids, probs, top1 = batches(i)
+            if not len(sel):
+                continue
+            logits = _step_outputs(target, adapter, x, sel, rows)
+            logp = torch.log_softmax(logits, -1)
+            loss_sum += float(-(probs * logp.gather(1, ids)).sum())
+            pred = logits.argmax(-1).cpu()
+            if rows is not None:
+                pred = rows.cpu()[pred]
+            agree += int((pred == top1).sum())
+            tot += len(sel)
+    return {"positions": tot, "loss": loss_sum / max(tot, 1), "top1_agreement": agree / max(tot, 1)}
+
+
+def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) -> dict:
+    from methods.kangaroo import Adapter, adapter_config, load_adapter, model_slug, save_adapter
+    from tqdm import tqdm
+
+    l = options["exit_layer"]
+    if not 1 <= l < target.n_layers:
+        raise UsageError(f"option kangaroo.exit_layer={l} is outside [1, {target.n_layers - 1}] for "
+                         f"'{target.name}' ({target.n_layers} layers)")
+    if options["draft_vocab"] >= target.vocab_size:
+        raise UsageError(f"option kangaroo.draft_vocab={options['draft_vocab']} is not below the vocabulary "
+                         f"({target.vocab_size}); use 0 for the full head")
+    out = Path(out_dir) if out_dir else cache_root() / "adapters" / "kangaroo" / f"{model_slug(target.name)}-l{l}"
+    state_file = out / "train_state.pt"
+    if resume and not state_file.is_file():
+        raise UsageError(f"--resume: no checkpoint in '{out}' (train_state.pt); run without --resume first")
+    if not resume and state_file.is_file():
+        raise UsageError(f"'{out}' already holds a training run; pass --resume to continue it or choose "
+                         "another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+
+    # 1. data
+    s = _settings(options)
+    data_dir = _data_dir(target, options, s)
+    ds, meta, reused = sd.load_or_generate(target, s, data_dir)
+    t_data = time.perf_counter() - started
+    feats = _features(target, ds, meta, data_dir, l, options["topk"])
+    train_idx, held_idx = sd.split(len(ds), options["held_out"], options["seed"])
+    n_v = options["draft_vocab"]
+    freq = sd.token_frequencies(ds.select(train_idx), target.vocab_size)
+    order = torch.argsort(-freq.double() + torch.arange(target.vocab_size) * 1e-9)  # ties: lower id first
+    rows = order[:n_v].to(target.device).contiguous() if n_v else None
+    coverage = float(freq[order[:n_v]].sum() / freq.sum()) if n_v else 1.0
+
+    # 2. model, optimizer, schedule
+    torch.manual_seed(options["seed"])
+    adapter = Adapter.for_target(target, seed=options["seed"])
+    adapter = adapter.float() if target.dtype != torch.float32 else adapter
+    params = [p for p in adapter.parameters()]
+    opt = torch.optim.AdamW(params, lr=options["lr"], weight_decay=options["weight_decay"], betas=(0.9, 0.95))
+    per_epoch = math.ceil(len(train_idx) / options["seqs_per_step"])
+    total_steps = per_epoch * options["epochs"]
+    warmup = max(1, min(50, total_steps // 10))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min(1.0, (k + 1) / warmup) * 0.5 * (
+        1 + math.cos(math.pi * min(1.0, k / max(1, total_steps)))))
+    batches = _Batches(feats, rows, target.vocab_size, target.device)
+    start_epoch, history = 0, []
+    baseline = _evaluate(target, adapter, batches, held_idx, rows)  # untrained: ~raw early exit
+    train_s, train_flops = 0.0, 0.0
+    if resume:
+        st = torch.load(str(state_file), map_location="cpu", weights_only=True)
+        if st["options"] != {k: options[k] for k in st["options"]}:
+            raise UsageError(f"--resume: '{out}' was trained with other options ({st['options']}); "
+                             "repeat them or start a new --out")
+        adapter.load_state_dict(st["adapter"])
+        opt.load_state_dict(st["optimizer"])
+        sched.load_state_dict(st["scheduler"])
+        start_epoch, history = st["epoch"], json.loads(st["history"])
+        train_s, train_flops = st["train_s"], st["train_flops"]
+        torch.set_rng_state(st["rng"])
+
+    H, d = target.hidden_size, target.head_dim
+    w_adapter = sum(p.numel() for n, p in adapter.named_parameters() if "proj" in n)
+    head_rows = n_v or target.vocab_size
+    g = torch.Generator().manual_seed(options["seed"])
+    for epoch in range(start_epoch, options["epochs"]):
+        t0 = time.perf_counter()
+        adapter.train()
+        perm = [train_idx[j] for j in torch.randperm(len(train_idx), generator=g).tolist()]
+        bar = tqdm(range(0, len(perm), options["seqs_per_step"]), desc=f"epoch {epoch + 1}/{options['epochs']}",
+                   unit="step")
+        run_loss, run_n = 0.0, 0
+        for b0 in bar:
+            chunk = [batches(i) for i in perm[b0:b0 + options["seqs_per_step"]]]
+            n_pos = sum(len(c[1]) for c in chunk)
+            if not n_pos:
+                continue
+            opt.zero_grad(set_to_none=True)
+            step_loss = 0.0
+            for x, sel, ids, probs, _ in chunk:
+                if not len(sel):
+                    continue
+                logp = torch.log_softmax(_step_outputs(target, adapter, x, sel, rows), -1)
+                loss = -(probs * logp.gather(1, ids)).sum() / n_pos
+                loss.backward()
+                step_loss += float(loss)
+                n = x.shape[0]
+                train_flops += 3 * (n * (2 * w_adapter + 4 * (n / 2) * target.n_heads * d) + len(sel) * 2 * H * head_rows)
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            sched.step()
+            run_loss, run_n = run_loss + step_loss * n_pos, run_n + n_pos
+            bar.set_postfix(loss=f"{run_loss / run_n:.3f}")
+        bar.close()
+        adapter.eval()
+        ev = _evaluate(target, adapter, batches, held_idx, rows)
+        train_s += time.perf_counter() - t0
+        history.append({"epoch": epoch + 1, "train_loss": run_loss / max(run_n, 1), "held_out": ev,
+                        "seconds": time.perf_counter() - t0})
+        print(f"epoch {epoch + 1}: train loss {run_loss / max(run_n, 1):.4f}, held-out loss {ev['loss']:.4f}, "
+              f"top-1 agreement {ev['top1_agreement']:.3f}", flush=True)
+        cfg = adapter_config(target, l, n_v, {"epoch": epoch + 1})
+        save_adapter(adapter.to(target.dtype), out / f"epoch-{epoch + 1}", cfg, order)
+        adapter.float()
+        torch.save({"adapter": adapter.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                    "epoch": epoch + 1, "history": json.dumps(history), "train_s": train_s,
+                    "train_flops": train_flops, "rng": torch.get_rng_state(),
+                    "options": {k: v for k, v in options.items()}}, str(state_file))
+
+    final = history[-1]["held_out"] if history else baseline
+    report = {
+        "trainer": "kangaroo", "model": target.name, "exit_layer": l, "out_dir": str(out),
+        "data_dir": str(data_dir), "data_reused": reused,
+        "data": {"conversations": meta["conversations"], "tokens": meta["tokens"],
+                 "answer_tokens": meta["answer_tokens"], "train_conversations": len(train_idx),
+                 "held_out_conversations": len(held_idx),
+                 "generation_wall_s": meta["wall_time_s"]["total"], "generation_flops": meta["flops"]["total"],
+                 "settings": meta["settings"]},
+        "draft_vocab": n_v, "draft_vocab_coverage_of_answer_tokens": coverage,
+        "soft_labels": f"target top-{options['topk']} probabilities (temperature 1)",
+        "epochs": options["epochs"], "optimizer_steps": total_steps,
+        "train_wall_s": train_s, "train_flops": train_flops,
+        "train_positions_per_epoch": int(sum(int(batches.f['ids'][int(batches.f['offsets'][i]):int(batches.f['offsets'][i + 1]), 0].ge(0).sum()) for i in train_idx)),
+        "adapter_params": adapter.n_parameters,
+        "adapter_share_of_target_params": adapter.n_parameters / target.n_parameters,
+        "final_train_loss": history[-1]["train_loss"] if history else None,
+        "final_held_out_loss": final["loss"], "held_out_top1_agreement": final["top1_agreement"],
+        "untrained_held_out_top1_agreement": baseline["top1_agreement"],
+        "history": history, "options": options,
+        "wall_s_this_invocation": time.perf_counter() - started,
+        "data_wall_s_this_invocation": t_data,
+        "peak_rss_gb": _peak_rss_gb(),
+    }
+    cfg = adapter_config(target, l, n_v, {"epochs": options["epochs"],
+                                          "held_out_top1_agreement": final["top1_agreement"]})
+    save_adapter(adapter.to(target.dtype), out, cfg, order)
+    load_adapter(out, target, l)  # what we ship must load through the drafter's own loader
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
+    return report
+
+
+SPEC = TrainerSpec("kangaroo", run, OPTIONS,
+                   help="self-distil a Kangaroo adapter (Magpie-style self-generated data, soft-label CE)")
