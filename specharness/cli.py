@@ -73,7 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Run several methods question by question in rotating order "
                                       "(A B C, B C A, ...) so machine drift falls on all alike; one result "
                                       "file per method.")
-    cmp_.add_argument("--methods", default="vanilla,hf-generate", help="comma-separated (default: %(default)s)")
+    cmp_.add_argument("--methods", default="vanilla,hf-generate",
+                      help="comma-separated; a variant with its own options is NAME:KEY=VALUE[:KEY=VALUE], "
+                           "e.g. vanilla,kangaroo,kangaroo:eta=0.4 (default: %(default)s)")
     cmp_.add_argument("-o", "--option", action="append", default=[], metavar="METHOD.KEY=VALUE",
                       help="option of one method, repeatable, e.g. -o kangaroo.eta=0.4")
     cmp_.add_argument("--out-dir", default=None, help="directory for the result files (default: results/runs/<model>/)")
@@ -108,24 +110,25 @@ def _load_target(args):
     return TargetModel.load(args.model, args.dtype, args.device)
 
 
-def _method_options(methods: list[str], raw: list[str], single: bool) -> dict[str, list[str]]:
-    """Split -o values by method: METHOD.KEY=VALUE, or plain KEY=VALUE when one method runs."""
-    out: dict[str, list[str]] = {m: [] for m in methods}
+def _method_options(labels: list[str], raw: list[str]) -> dict[str, tuple[str, list[str]]]:
+    """Each label's method and options: ``NAME[:KEY=VALUE...]`` in the list, plus -o values given
+    as METHOD.KEY=VALUE (or plain KEY=VALUE when a single method runs)."""
+    out = {label: (label.split(":")[0], label.split(":")[1:]) for label in labels}
     for item in raw:
         key = item.split("=", 1)[0]
         if "." in key and key.split(".", 1)[0] in out:
-            m, rest = item.split(".", 1)
-            out[m].append(rest)
-        elif single:
-            out[methods[0]].append(item)
+            label, rest = item.split(".", 1)
+            out[label][1].append(rest)
+        elif len(labels) == 1:
+            out[labels[0]][1].append(item)
         else:
             raise UsageError(f"option '{item}' does not name its method; write METHOD.KEY=VALUE, "
-                             f"METHOD one of {', '.join(methods)}")
+                             f"METHOD one of {', '.join(labels)}")
     return out
 
 
 def _default_name(method, settings, dtype: str) -> str:
-    opts = "".join(f"-{k}={v}" for k, v in sorted(method.changed.items()))
+    opts = "".join(f"-{k}={Path(str(v)).name}" for k, v in sorted(method.changed.items()))
     return f"{method.name}{opts}-{dtype}-temp{settings.temperature:g}-n{settings.max_new_tokens}.jsonl"
 
 
@@ -143,13 +146,11 @@ def cmd_run(args, methods_arg: list[str]) -> int:
     settings = Settings(args.max_new_tokens, args.temperature, args.seed, args.repeats, args.warmup)
     check_settings(settings)
     registry = build_registry(args.plugin)
-    for m in methods_arg:
-        registry.method(m)
     if len(set(methods_arg)) != len(methods_arg):
         raise UsageError("a method is listed twice in --methods; list each once")
-    raw_opts = _method_options(methods_arg, args.option, single=len(methods_arg) == 1)
-    for name in methods_arg:  # fail on a bad option or verifier before loading anything
-        resolve_options(name, registry.method(name).options, raw_opts[name])
+    variants = _method_options(methods_arg, args.option)
+    for name, opts in variants.values():  # fail on a bad method, option or verifier before loading
+        resolve_options(name, registry.method(name).options, opts)
     resolve_verifier(registry, args.verifier, settings.temperature)
     out = getattr(args, "out", None)
     if out and Path(out).exists() and not (args.resume or args.overwrite):
@@ -160,25 +161,29 @@ def cmd_run(args, methods_arg: list[str]) -> int:
     threads = _setup_threads(args.threads)
     target = _load_target(args)
     methods = []
-    for name in methods_arg:
-        methods.append(build_method(registry, name, raw_opts[name], target, settings.temperature, args.verifier))
+    for label, (name, opts) in variants.items():
+        m = build_method(registry, name, opts, target, settings.temperature, args.verifier)
+        m.label = label
+        methods.append(m)
 
     if getattr(args, "out", None):
-        paths = {methods[0].name: Path(args.out)}
+        paths = {methods[0].label: Path(args.out)}
     else:
         base = Path(args.out_dir) if getattr(args, "out_dir", None) else RESULTS_DIR / target.name
-        paths = {m.name: base / _default_name(m, settings, args.dtype) for m in methods}
+        paths = {m.label: base / _default_name(m, settings, args.dtype) for m in methods}
+    if len(set(paths.values())) != len(paths):
+        raise UsageError("two entries of --methods resolve to the same method and options; drop one")
     writers = {}
     for m in methods:
         meta = provenance(model=target.name, model_source=target.source, dtype=args.dtype, device=args.device,
-                          threads=threads, method=m.name, options=m.options, verifier=m.verifier,
+                          threads=threads, method=m.name, label=m.label, options=m.options, verifier=m.verifier,
                           max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
                           seed=settings.seed, repeats=settings.repeats, warmup=settings.warmup,
                           question_file=str(qfile), extra_params=m.extra_params,
                           target_params=target.n_parameters, compared_with=methods_arg)
-        writers[m.name] = ResultWriter(paths[m.name], meta, resume=args.resume, overwrite=args.overwrite)
+        writers[m.label] = ResultWriter(paths[m.label], meta, resume=args.resume, overwrite=args.overwrite)
     done = {name: w.done for name, w in writers.items()}
-    pending = sum(q.question_id not in done[m.name] for q in questions for m in methods)
+    pending = sum(q.question_id not in done[m.label] for q in questions for m in methods)
 
     bar = tqdm(total=pending, unit="answer", desc=",".join(methods_arg), dynamic_ncols=True)
     stats: dict[str, Any] = {"truncated": 0}

@@ -42,6 +42,10 @@ class Method:
     generate: Callable[..., Generation]  # (prompt_ids, settings, seed, on_round) -> Generation
     extra_params: int = 0
     changed: dict = field(default_factory=dict)  # options that differ from their defaults
+    label: str = ""  # how compare names this variant (e.g. "kangaroo:eta=0.4"); defaults to name
+
+    def __post_init__(self) -> None:
+        self.label = self.label or self.name
 
 
 def check_settings(settings: Settings) -> None:
@@ -108,7 +112,7 @@ def run_question(target: TargetModel, method: Method, q: Question, s: Settings,
                  on_round=None) -> QuestionResult:
     """All turns of one question; a later turn sees the model's own earlier answers."""
     seed = question_seed(s.seed, q.question_id)
-    res = QuestionResult(q.question_id, q.category, q.subtask, method.name, seed=seed)
+    res = QuestionResult(q.question_id, q.category, q.subtask, method.label, seed=seed)
     messages: list[dict] = []
     for t, text in enumerate(q.turns):
         messages.append({"role": "user", "content": text})
@@ -139,7 +143,7 @@ def run_all(target: TargetModel, methods: list[Method], questions: list[Question
     """Every pending question under every method, repeats in rotating order, results as they finish."""
     warm_up(target, methods, questions, s)
     for qi, q in enumerate(questions):
-        todo = [m for m in methods if q.question_id not in done.get(m.name, set())]
+        todo = [m for m in methods if q.question_id not in done.get(m.label, set())]
         if not todo:
             continue
         kept: dict[str, QuestionResult] = {}
@@ -147,15 +151,15 @@ def run_all(target: TargetModel, methods: list[Method], questions: list[Question
             shift = (qi + r) % len(todo)
             for m in todo[shift:] + todo[:shift]:
                 res = run_question(target, m, q, s, on_round if r == 0 else None)
-                first = kept.setdefault(m.name, res)
+                first = kept.setdefault(m.label, res)
                 if first is not res:
                     if [g.token_ids for g in res.generations] != [g.token_ids for g in first.generations]:
-                        raise RuntimeError(f"{m.name} gave different tokens on repeat {r + 1} of question "
+                        raise RuntimeError(f"{m.label} gave different tokens on repeat {r + 1} of question "
                                            f"{q.question_id}: the method is not deterministic for a seed")
                     for times, g in zip(first.wall_time_repeats, res.generations):
                         times.append(g.wall_time)
         for m in todo:
-            res = kept[m.name]
+            res = kept[m.label]
             for times, g in zip(res.wall_time_repeats, res.generations):
                 g.wall_time = statistics.median(times)
             on_result(res)

@@ -140,3 +140,18 @@ def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     command = re.search(r"# 2\. .*\n(.*)\n", readme).group(1).strip()
     assert command in (ROOT / ".ci" / "run").read_text()
+
+
+def test_compare_runs_variants_interleaved_into_one_file_each(capsys, tmp_path):
+    plugin = plugin_example(tmp_path)
+    assert main(["compare", "--plugin", str(plugin), "--methods", "vanilla,prompt-lookup,prompt-lookup:ngram=2",
+                 "-o", "prompt-lookup.k=3", "--limit", "1", "--out-dir", str(tmp_path / "cmp"), "--repeats", "2",
+                 *QUICK]) == 0
+    files = sorted(p.name for p in (tmp_path / "cmp").glob("*.jsonl"))
+    assert files == ["prompt-lookup-k=3-float32-temp0-n6.jsonl", "prompt-lookup-ngram=2-float32-temp0-n6.jsonl",
+                     "vanilla-float32-temp0-n6.jsonl"]
+    metas = [read_results(tmp_path / "cmp" / f) for f in files]
+    assert [m["options"] for m, _ in metas[:2]] == [{"ngram": 3, "k": 3}, {"ngram": 2, "k": 5}]
+    for _, recs in metas:
+        assert len(recs[0]["choices"][0]["wall_time_repeats"][0]) == 2
+    assert "speedup" in capsys.readouterr().out
