@@ -1,6 +1,7 @@
 """Every metric the harness reports, defined once, computed from result records alone.
 
-- tokens/s of a question = generated tokens of all its turns / their summed wall time.
+- a question's time = median over its timed repeats (``--repeats``) of the repeat's total time
+  over all turns; tokens/s of a question = generated tokens of all its turns / that time.
 - CR (compression rate, Spec-Bench's "mean accepted tokens") = generated tokens / target forwards.
   Each round (the prefill included) is one target forward, so CR = tokens / rounds; vanilla = 1.
 - CTAR(w) = fraction of verification rounds (the prefill excluded) that accepted at least w draft
@@ -9,10 +10,14 @@
 - mean draft length = mean drafted tokens per verification round.
 - speedup = (method tokens/s) / (vanilla tokens/s) on the same questions; per question it is the
   ratio of the two tokens/s, and over a set it is the ratio of total tokens / total time.
+  Intervals, the paired test and unstable-timing flags are in ``stats.py``.
+- acceptance rate = accepted / drafted tokens; break-even acceptance and the draft cost ratio come
+  from the per-round draft/verify/accept timings (see ``break_even_acceptance``).
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable
 
 
@@ -24,8 +29,23 @@ def tokens(rec: dict) -> int:
     return sum(_choice(rec)["new_tokens"])
 
 
+def repeat_times(rec: dict) -> list[float]:
+    """Total time (all turns) of each timed repeat of a question."""
+    ch = _choice(rec)
+    reps = ch.get("wall_time_repeats")
+    if not reps or not all(reps):
+        return [float(sum(ch["wall_time"]))]
+    n = min(len(r) for r in reps)
+    return [float(sum(turn[i] for turn in reps)) for i in range(n)]
+
+
 def wall_time(rec: dict) -> float:
-    return sum(_choice(rec)["wall_time"])
+    """A question's time: the median over its timed repeats of the repeat's total (all turns).
+
+    A repeat runs every turn of the question, so the median of repeat totals is the question's
+    time; with one repeat it is the sum of the turns' wall times.
+    """
+    return float(statistics.median(repeat_times(rec)))
 
 
 def tokens_per_s(rec: dict) -> float:
@@ -86,3 +106,79 @@ def speedup(method: Iterable[dict], vanilla: Iterable[dict]) -> float:
     if not m:
         return float("nan")
     return throughput(m) / throughput(v[r["question_id"]] for r in m)
+
+
+def ctar_curve(records: Iterable[dict], max_w: int | None = None) -> list[float]:
+    """CTAR(w) for w = 1..max_w (default: the longest draft any round proposed)."""
+    records = list(records)
+    if max_w is None:
+        max_w = max((d for r in records for d, _ in rounds(r)), default=0)
+    return [ctar(records, w) for w in range(1, max_w + 1)]
+
+
+def acceptance_rate(records: Iterable[dict]) -> float:
+    """Accepted / drafted tokens over all verification rounds (per drafted token)."""
+    rs = [dr for r in records for dr in rounds(r)]
+    drafted = sum(d for d, _ in rs)
+    return sum(a for _, a in rs) / drafted if drafted else float("nan")
+
+
+def _round_times(rec: dict) -> list[tuple[int, int, float, float, float]]:
+    """(drafted, accepted, draft_s, verify_s, accept_s) of every verification round (prefill excluded)."""
+    out = []
+    for turn in _choice(rec)["rounds"]:
+        cols = [turn.get(k) for k in ("draft_s", "verify_s", "accept_s")]
+        if any(c is None for c in cols):
+            continue
+        out.extend(zip(turn["drafted"][1:], turn["accepted"][1:], cols[0][1:], cols[1][1:], cols[2][1:]))
+    return out
+
+
+def time_breakdown(records: Iterable[dict]) -> dict[str, float]:
+    """Seconds spent drafting, verifying and accepting, summed over verification rounds, and
+    their per-round and per-drafted-token means (nan where a count is zero)."""
+    rt = [x for r in records for x in _round_times(r)]
+    n, drafted = len(rt), sum(x[0] for x in rt)
+    draft, verify, accept = (sum(x[i] for x in rt) for i in (2, 3, 4))
+    nan = float("nan")
+    return {
+        "rounds": n, "drafted": drafted, "draft_s": draft, "verify_s": verify, "accept_s": accept,
+        "round_s": (draft + verify + accept) / n if n else nan,
+        "draft_s_per_round": draft / n if n else nan,
+        "verify_s_per_round": verify / n if n else nan,
+        "draft_s_per_token": draft / drafted if drafted else nan,
+    }
+
+
+def vanilla_step_cost(vanilla: Iterable[dict]) -> float:
+    """Seconds of one vanilla decoding step: mean (draft + verify + accept) time of its rounds."""
+    return time_breakdown(vanilla)["round_s"]
+
+
+def draft_cost_ratio(records: Iterable[dict], vanilla: Iterable[dict]) -> float:
+    """Time of one draft step (per drafted token) / time of one vanilla step."""
+    c_v = vanilla_step_cost(vanilla)
+    return time_breakdown(records)["draft_s_per_token"] / c_v if c_v and c_v > 0 else float("nan")
+
+
+def break_even_acceptance(records: Iterable[dict], vanilla: Iterable[dict], full: bool = False) -> float:
+    """Acceptance rate per drafted token at which the method only breaks even with vanilla.
+
+    Draft-only (``full=False``, the paper's (l + 1.5)/L-style bound): a drafted token costs
+    c_d = draft seconds per drafted token and, when accepted, saves one vanilla step c_v, so it
+    pays only if accepted with rate a >= c_d / c_v.
+
+    Full (``full=True``): everything a round costs beyond a vanilla step counts, the longer
+    verification forward and the bookkeeping included. A round costs C on average, drafts k on
+    average and yields 1 + a k tokens; breaking even needs (1 + a k) c_v >= C, so
+    a >= (C / c_v - 1) / k. Both come from the per-round timing breakdown of the result files.
+    """
+    records, vanilla = list(records), list(vanilla)
+    c_v = vanilla_step_cost(vanilla)
+    tb = time_breakdown(records)
+    if not (c_v and c_v > 0) or not tb["drafted"]:
+        return float("nan")
+    if not full:
+        return tb["draft_s_per_token"] / c_v
+    k = tb["drafted"] / tb["rounds"]
+    return (tb["round_s"] / c_v - 1) / k

@@ -1,10 +1,12 @@
-"""The per-subtask table that ends every run: tokens/s, mean accepted tokens, speedup vs vanilla."""
+"""The per-subtask table that ends every run: tokens/s, mean accepted tokens (CR) and speedup vs
+vanilla, each with a 95% bootstrap interval over questions (``stats.py``), and a flag on every
+row whose timed repeats varied by more than 10% (coefficient of variation) on some question."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from . import metrics
+from . import metrics, stats
 from .results import BASELINE_IDENTITY, iter_result_files, read_results
 from tasks.specbench import SUBTASKS
 
@@ -31,22 +33,53 @@ def summary_rows(paths: list[Path], questions: list | None = None) -> list[dict]
             recs = [r for r in records if sub == "overall" or r.get("subtask") == sub]
             if not recs:
                 continue
+            if base:
+                if sub == "overall":  # the paper's Avg.: mean of the subtask speedups
+                    strata = [stats.pair([r for r in recs if r.get("subtask") == t], base) for t in SUBTASKS]
+                    sp = stats.mean_speedup_ci(strata)
+                else:
+                    sp = stats.speedup_ci(stats.pair(recs, base))
+            elif meta["method"] == "vanilla":
+                sp = stats.Estimate(1.0, 1.0, 1.0, len(recs), "baseline")
+            else:
+                sp = None
+            stab = stats.unstable_timings(recs)
+            ids = {r["question_id"] for r in recs}
+            base_stab = stats.unstable_timings([r for r in base if r["question_id"] in ids]) if base else None
             rows.append({
-                "method": meta["method"], "subtask": sub, "questions": len(recs),
+                "method": meta.get("label") or meta["method"], "subtask": sub, "questions": len(recs),
                 "tokens_per_s": metrics.throughput(recs), "cr": metrics.compression_rate(recs),
-                "speedup": metrics.speedup(recs, base) if base else (1.0 if meta["method"] == "vanilla" else None),
+                "speedup": sp.value if sp else None, "speedup_ci": sp, "cr_ci": stats.cr_ci(recs),
+                "repeats": stab.repeats, "unstable": len(stab.unstable), "max_cv": stab.max_cv,
+                "unstable_ids": stab.unstable,
+                "baseline_unstable": len(base_stab.unstable) if base_stab else 0,
             })
     return rows
 
 
 def print_summary(paths: list[Path], questions: list | None = None) -> None:
     rows = summary_rows(paths, questions)
-    print(f"\n{'method':22s} {'subtask':15s} {'n':>4s} {'tokens/s':>9s} {'mean acc.':>9s} {'speedup':>8s}")
+    print(f"\n{'method':22s} {'subtask':15s} {'n':>4s} {'tokens/s':>9s} {'CR [95% CI]':>20s} "
+          f"{'speedup [95% CI]':>24s}  timing")
     for r in rows:
-        sp = f"{r['speedup']:.3f}x" if r["speedup"] is not None else "   -"
+        sp = r["speedup_ci"].fmt(3, "x") if r["speedup_ci"] is not None else "-"
+        if r["unstable"] or r["baseline_unstable"]:
+            flag = f"UNSTABLE {r['unstable']}/{r['questions']} (max CV {r['max_cv']:.0%})"
+            if r["baseline_unstable"]:
+                flag += f", its vanilla {r['baseline_unstable']}/{r['questions']}"
+        else:
+            flag = "ok" if r["repeats"] > 1 else "1 repeat"
         print(f"{r['method']:22s} {r['subtask']:15s} {r['questions']:4d} {r['tokens_per_s']:9.2f} "
-              f"{r['cr']:9.3f} {sp:>8s}")
-    if any(r["speedup"] is None for r in rows):
+              f"{r['cr_ci'].fmt(3):>20s} {sp:>24s}  {flag}")
+    print("speedup: throughput ratio vs vanilla on the same questions, 95% paired BCa bootstrap over "
+          "questions; 'overall' = mean of the subtask speedups (stratified bootstrap).")
+    if any(r["unstable"] or r["baseline_unstable"] for r in rows):
+        print(f"UNSTABLE: some questions' timed repeats vary by more than {stats.CV_LIMIT:.0%} "
+              "(coefficient of variation); their median is used, but the machine was noisy: rerun "
+              "on a quieter machine or with more --repeats before trusting those rows.")
+    if rows and all(r["repeats"] <= 1 for r in rows):
+        print("(one timed repeat per question: timing stability cannot be checked; use --repeats 3)")
+    if any(r["speedup_ci"] is None for r in rows):
         print("(speedup needs a vanilla result with the same model and settings: run --method vanilla "
               "or use 'compare --methods vanilla,...')")
     for p in paths:
