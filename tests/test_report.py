@@ -1,0 +1,131 @@
+"""The report command builds every table and figure from a small fixture of result files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+from fixture_results import write_fixture, write_run, questions
+
+from specharness import metrics, stats
+from specharness.report import add_report_parser, cmd_report
+from specharness.results import read_results
+
+EVERYTHING = ["table1.md", "table1.tex", "table2.md", "table2.tex", "paired_tests.md", "oracle_vs_eta.md",
+              "oracle_vs_eta.tex", "best_eta.md", "best_eta.tex", "report.md", "report.json"] + [
+    f"{name}.{ext}" for name in ("fig1a_ctar", "fig1b_speedup", "fig3a_exit_layer", "fig3b_eta")
+    for ext in ("png", "pdf")]
+
+
+def run_report(argv):
+    parser = argparse.ArgumentParser()
+    add_report_parser(parser.add_subparsers(dest="command"))
+    return cmd_report(parser.parse_args(["report", *argv]))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    d = tmp_path_factory.mktemp("runs")
+    files = write_fixture(d, per_subtask=3)
+    out = tmp_path_factory.mktemp("report")
+    assert run_report([str(d), "--out", str(out)]) == 0
+    return files, out, json.loads((out / "report.json").read_text())
+
+
+def test_every_table_and_figure_is_written(built):
+    _, out, data = built
+    for name in EVERYTHING:
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    for name in EVERYTHING:
+        head = (out / name).read_bytes()[:8]
+        if name.endswith(".png"):
+            assert head.startswith(b"\x89PNG")
+        if name.endswith(".pdf"):
+            assert head.startswith(b"%PDF")
+    assert data["notes"] == []  # nothing was skipped
+
+
+def test_table1_numbers_match_the_statistics(built):
+    files, out, data = built
+    _, kang = read_results(files["kangaroo"])
+    _, van = read_results(files["vanilla"])
+    math_recs = [r for r in kang if r["subtask"] == "math_reasoning"]
+    expected = stats.speedup_ci(stats.pair(math_recs, van))
+    row = data["table1"][next(k for k in data["table1"] if k.startswith("kangaroo (") and "adapter=default" in k
+                              and "eta=0.6" in k and "gamma=6" in k and "exit_layer=2" in k)]
+    assert row["math_reasoning"]["speedup"]["value"] == pytest.approx(expected.value)
+    assert row["math_reasoning"]["speedup"]["low"] == pytest.approx(expected.low)
+    assert row["math_reasoning"]["cr"]["value"] == pytest.approx(metrics.compression_rate(math_recs))
+    md = (out / "table1.md").read_text()
+    assert expected.fmt(2, "×") in md
+    header = md.splitlines()[2]
+    for col in ("MT-bench", "Translation", "Summarization", "QA", "Math", "RAG", "Avg."):
+        assert col in header
+    lines = [ln for ln in md.splitlines() if ln.startswith("| ")][1:]
+    # main runs only: vanilla, kangaroo (default options), early_exit, and the three oracle files
+    # (their gamma values tie, so none stands for the method)
+    assert len(lines) == 6 and lines[0].startswith("| vanilla")
+    assert "†" in md  # the fixture's vanilla has one unstable question
+    tex = (out / "table1.tex").read_text()
+    assert "\\begin{tabular}" in tex and "early\\_exit" in tex and "\\multicolumn{2}{c}{Math}" in tex
+
+
+def test_table2_has_one_row_per_adapter_variant(built):
+    _, out, _ = built
+    md = (out / "table2.md").read_text()
+    rows = [ln for ln in md.splitlines() if ln.startswith("| kangaroo")]
+    assert len(rows) == 3
+    assert any("adapter=ffn" in r and "2.300M" in r for r in rows)
+    assert any("adapter=separate-head" in r and "21.56%" in r for r in rows)
+
+
+def test_sweeps_cover_the_fixture(built):
+    _, out, data = built
+    sweep = data["fig3a"]["kangaroo"]
+    assert sweep["exit_layer"] == [1, 2, 4, 6]
+    # the fixture's acceptance grows with depth and its draft cost is (l + 1.5) / 30 of a step
+    assert sweep["acceptance"] == sorted(sweep["acceptance"])
+    assert sweep["break_even_draft"] == pytest.approx([(l + 1.5) / 30 for l in sweep["exit_layer"]], rel=0.05)
+    etas = data["fig3b"]
+    assert sorted(etas) == ["kangaroo, γ=4", "kangaroo, γ=6", "kangaroo, γ=8"]
+    assert all(v["eta"] == [0.0, 0.3, 0.6, 0.9] for v in etas.values())
+    oracle = (out / "oracle_vs_eta.md").read_text()
+    assert oracle.count("| kangaroo-oracle") == 3 and "(no η=0.6 file)" not in oracle
+    best = (out / "best_eta.md").read_text()
+    assert sum(ln.startswith("| kangaroo") for ln in best.splitlines()) == 3 * 7  # 3 gammas x (6 subtasks + avg)
+
+
+def test_missing_data_skips_with_a_note(tmp_path, capsys):
+    qs = questions(2)
+    write_run(tmp_path / "vanilla.jsonl", "vanilla", {}, qs)
+    write_run(tmp_path / "m.jsonl", "kangaroo", {"eta": 0.6}, qs, gamma=3, accept=0.5, draft_cost=0.002)
+    out = tmp_path / "out"
+    assert run_report([str(tmp_path / "vanilla.jsonl"), str(tmp_path / "m.jsonl"), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    for fig in ("Figure 3(a) skipped", "Figure 3(b) skipped", "Table 2 (ablation) skipped"):
+        assert fig in printed
+    assert (out / "table1.md").is_file() and (out / "fig1b_speedup.png").is_file()
+    assert not (out / "fig3a_exit_layer.png").exists()
+
+
+def test_without_vanilla_speedups_are_blank_not_a_crash(tmp_path):
+    write_run(tmp_path / "m.jsonl", "kangaroo", {"eta": 0.6}, questions(2), gamma=3, accept=0.5, draft_cost=0.002)
+    out = tmp_path / "out"
+    assert run_report([str(tmp_path / "m.jsonl"), "--out", str(out)]) == 0
+    assert "Figure 1(b) skipped" in (out / "report.md").read_text()
+
+
+def test_end_of_run_summary_shows_intervals_and_unstable_flags(tmp_path, capsys):
+    from specharness.summary import print_summary, summary_rows
+    qs = questions(2)
+    van = write_run(tmp_path / "vanilla.jsonl", "vanilla", {}, qs, unstable_ids=(qs[0][0],))
+    m = write_run(tmp_path / "m.jsonl", "kangaroo", {"eta": 0.6}, qs, gamma=3, accept=0.6, draft_cost=0.002)
+    rows = {(r["method"], r["subtask"]): r for r in summary_rows([van, m])}
+    over = rows[("kangaroo", "overall")]
+    assert over["speedup_ci"].low < over["speedup"] < over["speedup_ci"].high
+    assert over["baseline_unstable"] == 1 and rows[("vanilla", "multi_turn")]["unstable"] == 1
+    assert rows[("kangaroo", "qa")]["unstable"] == 0 and rows[("kangaroo", "qa")]["baseline_unstable"] == 0
+    print_summary([van, m])
+    out = capsys.readouterr().out
+    assert "UNSTABLE 1/2" in out and "its vanilla 1/2" in out and over["speedup_ci"].fmt(3, "x") in out
