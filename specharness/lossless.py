@@ -1,0 +1,487 @@
+"""python -m specharness lossless --method NAME: is the method really lossless?
+
+Three checks, each reported with its numbers and seeds; the command exits 1 when one fails.
+
+greedy
+    Every selected Spec-Bench prompt (default: the first question of every subtask, every turn;
+    each turn's prompt is built from vanilla's earlier answers so both methods see the same ids)
+    is decoded by ``vanilla`` and by the method; the outputs must be token-identical. At a
+    mismatch the suite reports the question, turn and first divergent position, and runs the
+    target once over the vanilla prefix to get its top-2 logit margin there. A margin below the
+    tolerance (default 1e-4 in float32, 1e-2 in float16, 5e-2 in bfloat16) whose runner-up is the
+    method's token is a *near-tie*: verifying k tokens in one forward may round differently from k
+    one-token forwards, so it is reported, not failed. Anything else is a *bug*.
+
+sampling (a), exact
+    A tiny random model with a small vocabulary (default 8 tokens), where the exact distribution
+    of the first k generated tokens (default k = 3) is enumerated by forwarding the target on every
+    prefix. k = 3 because the engine's first token comes from the prefill, before any drafting:
+    with k = 2 the round that produces token 2 has no room for a draft, so nothing speculative would
+    be tested; with k = 3 that round drafts one token and both the accept path (draft + bonus) and
+    the reject path (residual resample) shape tokens 2 and 3. N sequences are sampled through the
+    method (its drafter and verifier, seeds seed, seed + 1, ...) and compared with a chi-square
+    goodness-of-fit test, cells with expected count < 5 pooled.
+
+sampling (b), the real model
+    The method's first token and its second token given the first, on the target (default
+    SmolLM2) and a short open-ended prompt, against the target's exact next-token distributions
+    (one forward for the first token, one per frequent first token for the second); the tail of
+    each distribution is pooled into one cell so every expected count is >= 5. Generation stops at
+    3 tokens so the round that makes token 2 may draft one token. Two tests (first token; second
+    given first, the sum of per-first-token chi-squares), each at alpha / 2.
+
+Choosing N: unless given, N is the smallest sample size for which the chi-square test at level
+alpha has power >= 0.9 against a deviation of Cohen's effect size w (w = sqrt(sum (p1 - p0)^2 /
+p0); default w = 0.1 for (a), 0.2 for (b)), computed from the noncentral chi-square with the
+pooled number of cells. An always-accepting verifier with a random drafter moves w far above 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import UsageError
+
+TOLERANCES = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
+B_PROMPT = "My favourite colour is"  # open-ended: many next tokens with mass, not one
+
+
+# ---- chi-square machinery ------------------------------------------------------------------------
+@dataclass
+class ChiSquare:
+    statistic: float
+    df: int
+    p_value: float
+    cells: int  # after pooling
+    n: int
+    pooled_cells: int  # how many original cells were merged into the pooled cell
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def pool_cells(probs: dict[Any, float], n: int, min_expected: float = 5.0) -> list[list[Any]]:
+    """Group cells so every group's expected count n * p is >= ``min_expected``.
+
+    Cells that pass on their own stay alone; the rest (smallest first) form one pooled cell; if
+    that pooled cell is still too small it absorbs the smallest remaining cell until it is not.
+    """
+    items = sorted(probs.items(), key=lambda kv: kv[1], reverse=True)
+    alone = [[k] for k, p in items if n * p >= min_expected]
+    rest = [k for k, p in items if n * p < min_expected]
+    if rest:
+        mass = sum(probs[k] for k in rest)
+        while n * mass < min_expected and alone:
+            extra = alone.pop()  # the smallest cell that stood alone
+            rest.extend(extra)
+            mass += sum(probs[k] for k in extra)
+        groups = alone + [rest]
+    else:
+        groups = alone
+    return groups
+
+
+def chi_square(counts: Counter, probs: dict[Any, float], min_expected: float = 5.0,
+               other: Any = None) -> ChiSquare:
+    """Goodness of fit of observed ``counts`` to the exact ``probs`` (cells pooled as above).
+
+    ``probs`` may leave out a tail; its mass (1 - sum) becomes the cell ``other``, into which every
+    observed key absent from ``probs`` is counted.
+    """
+    from scipy.stats import chi2
+    n = sum(counts.values())
+    probs = dict(probs)
+    tail = 1.0 - sum(probs.values())
+    if tail > 1e-12 or other in probs:
+        probs[other] = probs.get(other, 0.0) + max(tail, 0.0)
+    obs = Counter()
+    for k, c in counts.items():
+        obs[k if k in probs else other] += c
+    groups = pool_cells(probs, n, min_expected)
+    exp = np.array([n * sum(probs[k] for k in g) for g in groups])
+    got = np.array([sum(obs[k] for k in g) for g in groups], float)
+    if len(groups) < 2:
+        return ChiSquare(0.0, 0, 1.0, len(groups), n, 0)
+    stat = float(np.sum((got - exp) ** 2 / np.where(exp > 0, exp, np.inf)))
+    df = len(groups) - 1
+    return ChiSquare(stat, df, float(chi2.sf(stat, df)), len(groups), n, len(groups[-1]) if len(groups[-1]) > 1 else 0)
+
+
+def power(n: int, df: int, w: float, alpha: float) -> float:
+    """Power of the chi-square test with ``df`` degrees of freedom against effect size w."""
+    from scipy.stats import chi2, ncx2
+    if df < 1:
+        return 0.0
+    return float(ncx2.sf(chi2.ppf(1 - alpha, df), df, n * w * w))
+
+
+def samples_for_power(probs: dict[Any, float], w: float, alpha: float, target: float = 0.9,
+                      n_min: int = 200, n_max: int = 200_000) -> tuple[int, int, float]:
+    """Smallest N (pooling included) with power >= target; returns (N, df, power)."""
+    n = n_min
+    for _ in range(60):
+        df = len(pool_cells(probs, n)) - 1
+        if df >= 1 and power(n, df, w, alpha) >= target:
+            # shrink back to the smallest N at this df
+            lo, hi = n // 2, n
+            while hi - lo > max(1, n // 100):
+                mid = (lo + hi) // 2
+                d = len(pool_cells(probs, mid)) - 1
+                if d >= 1 and power(mid, d, w, alpha) >= target:
+                    hi = mid
+                else:
+                    lo = mid
+            d = len(pool_cells(probs, hi)) - 1
+            return hi, d, power(hi, d, w, alpha)
+        if n >= n_max:
+            break
+        n = min(n_max, int(n * 1.5))
+    df = len(pool_cells(probs, n)) - 1
+    return n, df, power(n, df, w, alpha)
+
+
+# ---- exact distributions -------------------------------------------------------------------------
+def next_token_probs(target, ids: list[int], temperature: float) -> np.ndarray:
+    """The target's exact sampling distribution after ``ids`` (float64)."""
+    import torch
+    with torch.inference_mode():
+        logits = target.logits(list(ids))[-1].double()
+    return torch.softmax(logits / temperature, dim=-1).cpu().numpy()
+
+
+def exact_sequence_distribution(target, prompt: list[int], k: int, temperature: float) -> dict[tuple, float]:
+    """P(first k generated tokens), every prefix forwarded; sequences end early at an eos."""
+    eos = target.eos_ids
+    out: dict[tuple, float] = {}
+    frontier = [((), 1.0)]
+    for _ in range(k):
+        nxt = []
+        for prefix, mass in frontier:
+            p = next_token_probs(target, prompt + list(prefix), temperature)
+            for tok in range(len(p)):
+                seq, m = prefix + (tok,), mass * float(p[tok])
+                if tok in eos:
+                    out[seq] = m
+                else:
+                    nxt.append((seq, m))
+        frontier = nxt
+    out.update(dict(frontier))
+    return out
+
+
+# ---- running a method ------------------------------------------------------------------------------
+def _build(registry, name: str, options: list[str], target, temperature: float, verifier: str | None):
+    from .runner import build_method
+    return build_method(registry, name, options, target, temperature, verifier)
+
+
+def sample(method, prompt: list[int], k: int, n: int, temperature: float, seed: int,
+           progress: bool = False, generate_tokens: int | None = None) -> Counter:
+    """First k tokens of n generations of ``generate_tokens`` (default k) tokens, seeds seed .. seed + n - 1."""
+    from .runner import Settings
+    s = Settings(max_new_tokens=generate_tokens or k, temperature=temperature, seed=seed, repeats=1, warmup=0)
+    counts: Counter = Counter()
+    it = range(n)
+    if progress:
+        from tqdm import tqdm
+        it = tqdm(it, desc=f"sampling {method.name}", unit="seq", leave=False, file=sys.stderr)
+    for i in it:
+        counts[tuple(method.generate(prompt, s, seed + i).token_ids[:k])] += 1
+    return counts
+
+
+@dataclass
+class Mismatch:
+    question_id: Any
+    subtask: str
+    turn: int
+    position: int
+    vanilla_token: int | None
+    method_token: int | None
+    margin: float  # target's top-1 minus top-2 logit at the divergence (vanilla prefix)
+    runner_up: int
+    kind: str  # "near-tie" | "bug"
+
+
+@dataclass
+class GreedyResult:
+    prompts: int = 0
+    identical: int = 0
+    tokens: int = 0
+    mismatches: list[Mismatch] = field(default_factory=list)
+    tolerance: float = 1e-4
+
+    @property
+    def passed(self) -> bool:
+        return all(m.kind == "near-tie" for m in self.mismatches)
+
+
+def top2_margin(target, ids: list[int]) -> tuple[float, int, int]:
+    """(top-1 minus top-2 logit, top-1 id, top-2 id) of the target's next token after ``ids``."""
+    import torch
+    with torch.inference_mode():
+        logits = target.logits(list(ids))[-1].float()
+    top = torch.topk(logits, 2)
+    return float(top.values[0] - top.values[1]), int(top.indices[0]), int(top.indices[1])
+
+
+def classify(margin: float, tolerance: float, method_token: int | None, top1: int, top2: int) -> str:
+    """A divergence is a near-tie only when the target barely prefers its top-1 over its top-2 and
+    the method picked exactly that runner-up; any other divergence is a bug."""
+    return "near-tie" if margin < tolerance and method_token == top2 and method_token != top1 else "bug"
+
+
+def greedy_check(target, method, vanilla, questions, max_new_tokens: int, tolerance: float,
+                 log=print) -> GreedyResult:
+    from .runner import Settings, prompt_ids
+    s = Settings(max_new_tokens=max_new_tokens, temperature=0.0, seed=0, repeats=1, warmup=0)
+    res = GreedyResult(tolerance=tolerance)
+    for q in questions:
+        messages: list[dict] = []
+        for t, text in enumerate(q.turns):
+            messages.append({"role": "user", "content": text})
+            ids, _ = prompt_ids(target, messages, max_new_tokens)
+            v = vanilla.generate(ids, s, 0).token_ids
+            m = method.generate(ids, s, 0).token_ids
+            res.prompts += 1
+            res.tokens += len(v)
+            if v == m:
+                res.identical += 1
+            else:
+                pos = next((i for i, (a, b) in enumerate(zip(v, m)) if a != b), min(len(v), len(m)))
+                margin, top1, top2 = top2_margin(target, ids + v[:pos])
+                mt = m[pos] if pos < len(m) else None
+                mm = Mismatch(q.question_id, q.subtask, t, pos, v[pos] if pos < len(v) else None, mt, margin,
+                              top2, classify(margin, tolerance, mt, top1, top2))
+                res.mismatches.append(mm)
+                log(f"  MISMATCH question {q.question_id} ({q.subtask}) turn {t + 1}: first divergence at "
+                    f"generated position {pos}: vanilla {mm.vanilla_token}, method {mt}; target top-2 "
+                    f"margin {margin:.3g} (tolerance {tolerance:g}) -> {mm.kind.upper()}")
+            messages.append({"role": "assistant", "content": target.decode(v)})
+    return res
+
+
+# ---- the levels ------------------------------------------------------------------------------------
+def level_a(method, target, prompt: list[int], k: int, temperature: float, n: int | None, w: float,
+            alpha: float, seed: int, progress: bool = False) -> dict:
+    exact = exact_sequence_distribution(target, prompt, k, temperature)
+    if n is None:
+        n, df, pw = samples_for_power(exact, w, alpha)
+    else:
+        df = len(pool_cells(exact, n)) - 1
+        pw = power(n, df, w, alpha)
+    started = time.perf_counter()
+    counts = sample(method, prompt, k, n, temperature, seed, progress)
+    test = chi_square(counts, exact)
+    return {"level": "a", "vocab": target.vocab_size, "k": k, "temperature": temperature, "prompt": prompt,
+            "samples": n, "seeds": [seed, seed + n - 1], "effect_size_w": w, "alpha": alpha,
+            "power": pw, "cells": len(exact), "test": test.as_dict(), "passed": test.p_value >= alpha,
+            "seconds": time.perf_counter() - started}
+
+
+def level_b(method, target, prompt: list[int], temperature: float, n: int | None, w: float, alpha: float,
+            seed: int, progress: bool = False, min_expected: float = 5.0) -> dict:
+    p1 = next_token_probs(target, prompt, temperature)
+    order = np.argsort(-p1)
+
+    def head(p: np.ndarray, n_: int, mass: float = 1.0) -> dict:
+        """Cells expected >= min_expected; the rest stays out (chi_square adds the tail cell)."""
+        idx = np.argsort(-p)
+        keep = idx[n_ * mass * p[idx] >= min_expected]
+        return {int(i): float(p[i]) for i in keep}
+
+    if n is None:
+        n, df, pw = samples_for_power({int(i): float(p1[i]) for i in order[:2000]} | {"tail": float(
+            1 - p1[order[:2000]].sum())}, w, alpha / 2)
+    else:
+        df = len(head(p1, n)) or 1
+        pw = power(n, df, w, alpha / 2)
+    firsts = [t for t in head(p1, n) if t not in target.eos_ids]
+    cond = {t: next_token_probs(target, prompt + [t], temperature) for t in firsts}
+    started = time.perf_counter()
+    counts = sample(method, prompt, 2, n, temperature, seed, progress, generate_tokens=3)
+    c1 = Counter()
+    for seq, c in counts.items():
+        c1[seq[0]] += c
+    t1 = chi_square(c1, head(p1, n), min_expected, other="other")
+    stat, dof, per_first = 0.0, 0, {}
+    for t in firsts:
+        sub = Counter()
+        for seq, c in counts.items():
+            if seq[0] == t and len(seq) > 1:
+                sub[seq[1]] += c
+        m = sum(sub.values())
+        if m < 2 * min_expected:
+            continue
+        r = chi_square(sub, head(cond[t], m), min_expected, other="other")
+        stat += r.statistic
+        dof += r.df
+        per_first[t] = {"n": m, "statistic": r.statistic, "df": r.df, "p_value": r.p_value}
+    from scipy.stats import chi2
+    p2 = float(chi2.sf(stat, dof)) if dof else 1.0
+    return {"level": "b", "model": target.name, "prompt": prompt, "temperature": temperature, "samples": n,
+            "seeds": [seed, seed + n - 1], "effect_size_w": w, "alpha": alpha, "power_first_token": pw,
+            "first_token": t1.as_dict(),
+            "second_given_first": {"statistic": stat, "df": dof, "p_value": p2, "by_first_token": per_first},
+            "passed": t1.p_value >= alpha / 2 and p2 >= alpha / 2, "seconds": time.perf_counter() - started}
+
+
+# ---- command line ------------------------------------------------------------------------------------
+def add_lossless_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "lossless", help="check a method is lossless: greedy identity, sampled distributions",
+        description="Greedy: token-identical to vanilla on Spec-Bench prompts (near-ties told from bugs by the "
+                    "target's top-2 margin). Sampling: chi-square of sampled sequences against the exact "
+                    "distribution, (a) on a tiny model, first k tokens enumerated; (b) on the real model, "
+                    "first token and second given first. Exits 1 on a failure.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--method", required=True, help="method to check (see 'specharness list')")
+    p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE", help="method option")
+    p.add_argument("--tiny-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="method option for level (a) only, on the tiny model (e.g. an adapter made for it)")
+    p.add_argument("--verifier", default=None,
+                   help="acceptance rule(s), comma-separated: each applies to the levels of its kind "
+                        "(greedy or sampling); default greedy / speculative-sampling")
+    p.add_argument("--levels", default="greedy,a,b", help="which checks: greedy, a, b")
+    p.add_argument("--model", default="smollm2", help="target for the greedy and (b) checks")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE.py")
+    p.add_argument("--bench-file", default=None, help="Spec-Bench question.jsonl (default as in 'run')")
+    p.add_argument("--subtasks", default=None, help="comma-separated subtasks for the greedy check (default all)")
+    p.add_argument("--limit", type=int, default=1, help="questions per subtask for the greedy check")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per turn in the greedy check")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="top-2 logit margin below which a greedy divergence is a near-tie "
+                        "(default 1e-4 float32, 1e-2 float16, 5e-2 bfloat16)")
+    p.add_argument("--temperature", type=float, default=1.3, help="sampling temperature of (a) and (b)")
+    p.add_argument("--tiny-vocab", type=int, default=8, help="vocabulary of the tiny model in (a)")
+    p.add_argument("--k", type=int, default=3, help="tokens whose joint distribution (a) enumerates")
+    p.add_argument("--samples-a", type=int, default=None, help="N for (a) (default: chosen for power)")
+    p.add_argument("--samples-b", type=int, default=None, help="N for (b) (default: chosen for power)")
+    p.add_argument("--effect-a", type=float, default=0.1, help="effect size w (a) must detect with power 0.9")
+    p.add_argument("--effect-b", type=float, default=0.2, help="effect size w (b) must detect with power 0.9")
+    p.add_argument("--alpha", type=float, default=0.01, help="significance level of each level")
+    p.add_argument("--seed", type=int, default=1234, help="first seed of the sampled sequences")
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the full report as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _split_verifiers(registry, text: str | None) -> dict[bool, str | None]:
+    out: dict[bool, str | None] = {False: None, True: None}
+    for name in [v.strip() for v in (text or "").split(",") if v.strip()]:
+        out[registry.verifier(name).sampling] = name
+    return out
+
+
+def cmd_lossless(args) -> int:
+    import torch
+
+    from .plugins import build_registry
+    from .target import TargetModel
+    levels = [x.strip() for x in args.levels.split(",") if x.strip()]
+    bad = [x for x in levels if x not in ("greedy", "a", "b")]
+    if bad or not levels:
+        raise UsageError(f"--levels takes greedy, a, b (comma-separated), got '{args.levels}'")
+    if args.temperature <= 0:
+        raise UsageError("--temperature must be > 0: levels (a) and (b) test sampling")
+    if not 0 < args.alpha < 1:
+        raise UsageError(f"--alpha must be in (0, 1), got {args.alpha}")
+    if args.k < 2 or args.tiny_vocab < 2 or args.tiny_vocab ** args.k > 200_000:
+        raise UsageError("--k >= 2 and --tiny-vocab >= 2 with tiny_vocab**k <= 200000 cells")
+    for name in ("samples_a", "samples_b"):
+        if getattr(args, name) is not None and getattr(args, name) < 10:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 10")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    registry = build_registry(args.plugin)
+    registry.method(args.method)
+    verifiers = _split_verifiers(registry, args.verifier)
+    report: dict[str, Any] = {"method": args.method, "options": args.option, "verifiers": verifiers,
+                              "levels": {}, "command": "python -m specharness " + " ".join(sys.argv[1:])}
+    failed = False
+    progress = not args.quiet and sys.stderr.isatty()
+
+    target = None
+    if "greedy" in levels or "b" in levels:
+        target = TargetModel.load(args.model, args.dtype, args.device)
+
+    if "greedy" in levels:
+        from tasks.specbench import find_question_file, load_questions, parse_subtasks, select
+        tol = args.tolerance if args.tolerance is not None else TOLERANCES.get(args.dtype, 1e-4)
+        qs = select(load_questions(find_question_file(args.bench_file)), parse_subtasks(args.subtasks), args.limit)
+        method = _build(registry, args.method, args.option, target, 0.0, verifiers[False])
+        vanilla = _build(registry, "vanilla", [], target, 0.0, None)
+        print(f"greedy: {args.method} (verifier {method.verifier}) vs vanilla on {len(qs)} questions, "
+              f"{args.max_new_tokens} tokens per turn, {target.name} {args.dtype}")
+        g = greedy_check(target, method, vanilla, qs, args.max_new_tokens, tol)
+        ties = sum(m.kind == "near-tie" for m in g.mismatches)
+        bugs = sum(m.kind == "bug" for m in g.mismatches)
+        print(f"greedy: {g.identical}/{g.prompts} prompts identical ({g.tokens} vanilla tokens); "
+              f"{ties} near-tie(s), {bugs} bug(s) -> {'PASS' if g.passed else 'FAIL'}")
+        report["levels"]["greedy"] = {"prompts": g.prompts, "identical": g.identical, "tokens": g.tokens,
+                                      "tolerance": tol, "mismatches": [asdict(m) for m in g.mismatches],
+                                      "passed": g.passed}
+        failed |= not g.passed
+
+    if "a" in levels:
+        tiny = TargetModel.tiny("llama", vocab_size=args.tiny_vocab, n_layers=2, hidden_size=32, n_heads=4,
+                                n_kv_heads=2, seed=0)
+        try:
+            method = _build(registry, args.method, args.option + args.tiny_option, tiny, args.temperature,
+                            verifiers[True])
+        except UsageError as exc:
+            raise UsageError(f"level (a) cannot build '{args.method}' on the tiny model ({exc}); pass options "
+                             "for it with --tiny-option, or leave it out with --levels greedy,b") from None
+        prompt = [1, 2, 3, 4, 5][: max(1, args.tiny_vocab - 1)]
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # a tiny model's ops are too small to share; threads only add overhead
+        try:
+            r = level_a(method, tiny, prompt, args.k, args.temperature, args.samples_a, args.effect_a, args.alpha,
+                        args.seed, progress)
+        finally:
+            torch.set_num_threads(threads)
+        r["verifier"] = method.verifier
+        t = r["test"]
+        print(f"sampling (a): tiny llama, vocab {args.tiny_vocab}, first {args.k} tokens at T={args.temperature:g}: "
+              f"N={r['samples']} (seeds {args.seed}..{args.seed + r['samples'] - 1}; power {r['power']:.2f} "
+              f"against w={args.effect_a:g} at alpha={args.alpha:g}), {r['cells']} cells pooled to {t['cells']}: "
+              f"chi2={t['statistic']:.1f}, df={t['df']}, p={t['p_value']:.3g} -> {'PASS' if r['passed'] else 'FAIL'}")
+        report["levels"]["a"] = r
+        failed |= not r["passed"]
+
+    if "b" in levels:
+        method = _build(registry, args.method, args.option, target, args.temperature, verifiers[True])
+        if target.tokenizer is not None:
+            prompt = target.tokenizer(B_PROMPT, add_special_tokens=False)["input_ids"]
+        else:
+            prompt = [1, 2, 3]
+        r = level_b(method, target, prompt, args.temperature, args.samples_b, args.effect_b, args.alpha,
+                    args.seed, progress)
+        r["verifier"] = method.verifier
+        r["prompt_text"] = B_PROMPT
+        t1, t2 = r["first_token"], r["second_given_first"]
+        print(f"sampling (b): {target.name}, prompt {B_PROMPT!r}, T={args.temperature:g}: N={r['samples']} (seeds "
+              f"{args.seed}..{args.seed + r['samples'] - 1}; power {r['power_first_token']:.2f} against "
+              f"w={args.effect_b:g} at alpha/2); first token chi2={t1['statistic']:.1f}, df={t1['df']}, "
+              f"p={t1['p_value']:.3g}; second given first chi2={t2['statistic']:.1f}, df={t2['df']}, "
+              f"p={t2['p_value']:.3g} -> {'PASS' if r['passed'] else 'FAIL'}")
+        report["levels"]["b"] = r
+        failed |= not r["passed"]
+
+    report["passed"] = not failed
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=1, default=str)
+    print(f"lossless {args.method}: {'FAIL' if failed else 'PASS'}")
+    return 1 if failed else 0

@@ -1,0 +1,138 @@
+"""The losslessness suite passes correct methods and fails a deliberately broken verifier."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specharness import lossless
+from specharness.plugins import build_registry
+from specharness.target import TargetModel
+
+PLUGIN = str(Path(__file__).parent / "fixtures" / "lossless_plugins.py")
+
+
+def run_cli(argv, tmp_path):
+    parser = argparse.ArgumentParser()
+    lossless.add_lossless_parser(parser.add_subparsers(dest="command"))
+    out = tmp_path / "lossless.json"
+    rc = lossless.cmd_lossless(parser.parse_args(["lossless", *argv, "--json", str(out), "--quiet"]))
+    return rc, json.loads(out.read_text())
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run thousands of small forwards: one thread is several times faster on a
+    shared 2-core machine than two."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return TargetModel.tiny("llama", vocab_size=8, n_layers=2, hidden_size=32, n_heads=4, n_kv_heads=2, seed=0)
+
+
+# ---- the statistics underneath -------------------------------------------------------------------------
+def test_pooling_keeps_every_expected_count_at_least_five():
+    probs = {i: p for i, p in enumerate(np.r_[0.5, 0.3, np.full(40, 0.2 / 40)])}
+    groups = lossless.pool_cells(probs, 100)
+    assert sorted(k for g in groups for k in g) == list(range(42))
+    assert all(100 * sum(probs[k] for k in g) >= 5 for g in groups)
+    assert len(groups) == 3  # 0.5, 0.3 alone, the 40 small cells pooled (expected 20)
+
+
+def test_chi_square_accepts_the_true_distribution_and_rejects_another():
+    rng = np.random.default_rng(0)
+    p = np.array([0.4, 0.3, 0.2, 0.05, 0.03, 0.02])
+    probs = dict(enumerate(p))
+    good = Counter(rng.choice(6, 3000, p=p).tolist())
+    assert lossless.chi_square(good, probs).p_value > 0.01
+    bad = Counter(rng.choice(6, 3000, p=[0.35, 0.35, 0.2, 0.05, 0.03, 0.02]).tolist())
+    assert lossless.chi_square(bad, probs).p_value < 1e-4
+    # an observed key the exact distribution does not list lands in the tail cell
+    tail = lossless.chi_square(Counter({0: 50, 1: 50, "x": 900}), {0: 0.5, 1: 0.5}, other="other")
+    assert tail.p_value < 1e-6
+
+
+def test_power_and_sample_size():
+    assert lossless.power(1000, 10, 0.1, 0.01) < lossless.power(3000, 10, 0.1, 0.01)
+    probs = {i: 1 / 20 for i in range(20)}
+    n, df, pw = lossless.samples_for_power(probs, 0.1, 0.01)
+    assert df == 19 and pw >= 0.9
+    assert lossless.power(int(n * 0.8), 19, 0.1, 0.01) < 0.9
+
+
+def test_exact_distribution_is_a_distribution_built_from_conditionals(tiny):
+    ex = lossless.exact_sequence_distribution(tiny, [1, 2, 3], 2, 1.3)
+    assert len(ex) == 64 and sum(ex.values()) == pytest.approx(1.0)
+    p1 = lossless.next_token_probs(tiny, [1, 2, 3], 1.3)
+    p2 = lossless.next_token_probs(tiny, [1, 2, 3, 5], 1.3)
+    assert ex[(5, 7)] == pytest.approx(p1[5] * p2[7])
+
+
+def test_near_ties_are_told_from_bugs():
+    assert lossless.classify(5e-5, 1e-4, method_token=7, top1=3, top2=7) == "near-tie"
+    assert lossless.classify(5e-5, 1e-4, method_token=9, top1=3, top2=7) == "bug"  # not the runner-up
+    assert lossless.classify(0.3, 1e-4, method_token=7, top1=3, top2=7) == "bug"  # a clear preference
+
+
+# ---- sampling level (a) and (b) -----------------------------------------------------------------------
+def _method(tiny, name, verifier, temperature=1.3):
+    return lossless._build(build_registry([PLUGIN]), name, [], tiny, temperature, verifier)
+
+
+def test_level_a_passes_correct_methods_and_fails_always_accept(tiny):
+    common = dict(target=tiny, prompt=[1, 2, 3, 4, 5], k=3, temperature=1.3, n=None, w=0.25, alpha=0.01, seed=11)
+    ok = lossless.level_a(_method(tiny, "random-draft", "speculative-sampling"), **common)
+    assert ok["passed"], ok["test"]
+    assert ok["power"] >= 0.9 and ok["seeds"] == [11, 11 + ok["samples"] - 1]
+    bad = lossless.level_a(_method(tiny, "random-draft", "always-accept"), **common)
+    assert not bad["passed"] and bad["test"]["p_value"] < 1e-6
+    assert bad["samples"] == ok["samples"]
+
+
+def test_level_b_passes_the_correct_verifier_and_fails_always_accept():
+    t = TargetModel.tiny("llama", vocab_size=64, n_layers=2, hidden_size=32, n_heads=4, n_kv_heads=2, seed=1)
+    common = dict(target=t, prompt=[1, 2, 3], temperature=1.0, n=None, w=0.3, alpha=0.01, seed=5)
+    ok = lossless.level_b(_method(t, "random-draft", "speculative-sampling", 1.0), **common)
+    assert ok["passed"], (ok["first_token"], ok["second_given_first"])
+    assert ok["second_given_first"]["df"] > 0 and ok["first_token"]["df"] > 0
+    bad = lossless.level_b(_method(t, "random-draft", "always-accept", 1.0), **common)
+    assert not bad["passed"] and bad["second_given_first"]["p_value"] < 1e-6
+
+
+# ---- the command, greedy level on SmolLM2 included ----------------------------------------------------
+def test_suite_passes_a_correct_method(tmp_path):
+    rc, rep = run_cli(["--method", "random-draft", "--plugin", PLUGIN, "--levels", "greedy,a",
+                       "--subtasks", "qa,math_reasoning", "--max-new-tokens", "12", "--effect-a", "0.3"], tmp_path)
+    assert rc == 0 and rep["passed"]
+    g = rep["levels"]["greedy"]
+    assert g["prompts"] == 2 and g["identical"] == 2 and g["mismatches"] == [] and g["tolerance"] == 1e-4
+    assert rep["levels"]["a"]["verifier"] == "speculative-sampling"
+
+
+def test_suite_fails_the_broken_verifier(tmp_path, capsys):
+    rc, rep = run_cli(["--method", "random-draft", "--plugin", PLUGIN, "--levels", "greedy,a",
+                       "--subtasks", "qa", "--max-new-tokens", "12", "--effect-a", "0.3",
+                       "--verifier", "always-accept-greedy,always-accept"], tmp_path)
+    assert rc == 1 and not rep["passed"]
+    mm = rep["levels"]["greedy"]["mismatches"]
+    assert len(mm) == 1 and mm[0]["kind"] == "bug" and mm[0]["margin"] > 1e-4
+    assert mm[0]["position"] >= 0 and mm[0]["vanilla_token"] != mm[0]["method_token"]
+    assert not rep["levels"]["a"]["passed"]
+    out = capsys.readouterr().out
+    assert "MISMATCH question" in out and "-> BUG" in out and "lossless random-draft: FAIL" in out
+
+
+def test_vanilla_passes_level_a(tmp_path):
+    rc, rep = run_cli(["--method", "vanilla", "--levels", "a", "--effect-a", "0.3", "--samples-a", "300"], tmp_path)
+    assert rc == 0 and rep["levels"]["a"]["samples"] == 300
