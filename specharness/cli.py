@@ -141,6 +141,7 @@ def cmd_run(args, methods_arg: list[str]) -> int:
     from .results import ResultWriter, provenance
     from .runner import Settings, build_method, check_settings, resolve_verifier, run_all
     from .summary import print_summary
+    from .timing import instrumentation_cost_s
     from tasks.specbench import find_question_file, load_questions, parse_subtasks, select
 
     settings = Settings(args.max_new_tokens, args.temperature, args.seed, args.repeats, args.warmup)
@@ -201,10 +202,14 @@ def cmd_run(args, methods_arg: list[str]) -> int:
     observer = Observer()
     registry.pm.register(observer, name="cli-observer")
     hook = registry.pm.hook
+    on_round = (lambda rd: hook.specharness_round(record=rd)) if _has_round_observers(registry) else None
+    cost = instrumentation_cost_s(args.device, on_round)
+    for w in writers.values():
+        w.update_meta(instrumentation_s_per_round=cost)
     try:
         run_all(target, methods, questions, settings, done,
                 on_result=lambda r: hook.specharness_question_done(result=r),
-                on_round=(lambda rd: hook.specharness_round(record=rd)) if _has_round_observers(registry) else None)
+                on_round=on_round)
     except KeyboardInterrupt:
         bar.close()
         for w in writers.values():

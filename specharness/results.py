@@ -177,6 +177,10 @@ class ResultWriter:
         _write_atomic(meta_path(self.path), json.dumps(self.meta, indent=1) + "\n")
         self._fh = open(self.path, "a", encoding="utf-8")
 
+    def update_meta(self, **fields: Any) -> None:
+        self.meta.update(fields)
+        _write_atomic(meta_path(self.path), json.dumps(self.meta, indent=1) + "\n")
+
     def append(self, result: QuestionResult) -> None:
         self._fh.write(json.dumps(question_record(result, self.meta)) + "\n")
         self._fh.flush()
