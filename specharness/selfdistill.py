@@ -205,7 +205,9 @@ class _BatchDecoder:
         return rows
 
 
-def _sample_user_turns(target, s: GenerationSettings, gen: torch.Generator, progress: bool) -> tuple[list[str], dict]:
+def _sample_user_turns(target, s: GenerationSettings, gen: torch.Generator, progress: bool,
+                       partial: Path | None = None) -> tuple[list[str], dict]:
+    """User turns; with ``partial`` every batch is saved there and an interrupted run resumes."""
     from tqdm import tqdm
     tok = target.tokenizer
     prefix = user_prefix_ids(target)
@@ -213,7 +215,15 @@ def _sample_user_turns(target, s: GenerationSettings, gen: torch.Generator, prog
     dec = _BatchDecoder(target)
     seen, turns = set(), []
     attempts, max_attempts = 0, s.conversations * 6
-    bar = tqdm(total=s.conversations, desc="user turns", unit="turn", disable=not progress)
+    key = {"model": model_identity(target), "settings": s.text_key()}
+    if partial is not None and partial.is_file():
+        saved = json.loads(partial.read_text())
+        if saved.get("key") == key:
+            turns, attempts = saved["turns"][:s.conversations], saved["attempts"]
+            dec.computed_tokens, dec.flops = saved["computed_tokens"], saved["flops"]
+            seen = set(turns)
+            gen.set_state(torch.tensor(saved["rng"], dtype=torch.uint8))
+    bar = tqdm(total=s.conversations, initial=len(turns), desc="user turns", unit="turn", disable=not progress)
     while len(turns) < s.conversations and attempts < max_attempts:
         b = min(s.batch_size * 2, max_attempts - attempts)  # short sequences: a wider batch is cheap
         rows = dec.run([prefix] * b, s.max_user_tokens, s.user_temperature, stop, gen, pad_id=min(stop))
@@ -230,6 +240,10 @@ def _sample_user_turns(target, s: GenerationSettings, gen: torch.Generator, prog
             bar.update(1)
             if len(turns) == s.conversations:
                 break
+        if partial is not None:
+            partial.write_text(json.dumps({"key": key, "turns": turns, "attempts": attempts, "flops": dec.flops,
+                                           "computed_tokens": dec.computed_tokens,
+                                           "rng": gen.get_state().tolist()}))
     bar.close()
     if not turns:
         raise UsageError(f"model '{target.name}' wrote no usable user turn in {attempts} attempts")
@@ -248,8 +262,12 @@ def generate(target, settings: GenerationSettings, out_dir: str | Path, progress
     out.mkdir(parents=True, exist_ok=True)
     gen = torch.Generator(device=target.device).manual_seed(s.seed)
     started = time.perf_counter()
-    turns, user_stats = _sample_user_turns(target, s, gen, progress)
-    t_users = time.perf_counter() - started
+    parts = out / "partial"  # per-batch checkpoints: an interrupted generation resumes
+    parts.mkdir(exist_ok=True)
+    done_before = json.loads((parts / "time.json").read_text()) if (parts / "time.json").is_file() else {}
+    turns, user_stats = _sample_user_turns(target, s, gen, progress, parts / "user_turns.json")
+    t_users = time.perf_counter() - started + done_before.get("user_turns", 0.0)
+    (parts / "time.json").write_text(json.dumps({**done_before, "user_turns": t_users}))
 
     stop = _end_of_turn(target)
     prompts = [target.chat_ids([{"role": "user", "content": u}]) for u in turns]
@@ -257,15 +275,32 @@ def generate(target, settings: GenerationSettings, out_dir: str | Path, progress
     dec = _BatchDecoder(target, s.capture_layers, s.topk)
     results: list[dict | None] = [None] * len(prompts)
     bar = tqdm(total=len(prompts), desc="answers", unit="conv", disable=not progress)
+    t_ans0 = time.perf_counter()
+    answers_before = done_before.get("answers", 0.0)
     for b0 in range(0, len(order), s.batch_size):
         idx = order[b0:b0 + s.batch_size]
-        rows = dec.run([prompts[i] for i in idx], s.max_answer_tokens, s.answer_temperature, stop, gen,
-                       pad_id=min(stop))
+        shard = parts / f"answers-b{s.batch_size}-{b0:06d}.pt"
+        saved = torch.load(str(shard), weights_only=True) if shard.is_file() else None
+        if saved is not None and saved["prompts"] != [prompts[i] for i in idx]:
+            saved = None  # written for other user turns: redo
+        if saved is not None:
+            rows, gen_state = saved["rows"], saved["rng"]
+            gen.set_state(gen_state)
+            dec.computed_tokens += saved["computed_tokens"]
+            dec.flops += saved["flops"]
+        else:
+            c0, f0 = dec.computed_tokens, dec.flops
+            rows = dec.run([prompts[i] for i in idx], s.max_answer_tokens, s.answer_temperature, stop, gen,
+                           pad_id=min(stop))
+            torch.save({"rows": rows, "rng": gen.get_state(), "prompts": [prompts[i] for i in idx], "computed_tokens": dec.computed_tokens - c0,
+                        "flops": dec.flops - f0}, str(shard))
+            answers_before_now = answers_before + time.perf_counter() - t_ans0
+            (parts / "time.json").write_text(json.dumps({"user_turns": t_users, "answers": answers_before_now}))
         for i, r in zip(idx, rows):
             results[i] = r
         bar.update(len(idx))
     bar.close()
-    t_answers = time.perf_counter() - started - t_users
+    t_answers = answers_before + time.perf_counter() - t_ans0
 
     cols = {"input_ids": [], "prompt_len": [], "loss_mask": [], "user": [], "stop": []}
     feats: dict[str, list[torch.Tensor]] = {f"hidden.{l}": [] for l in s.capture_layers}
@@ -325,13 +360,15 @@ def generate(target, settings: GenerationSettings, out_dir: str | Path, progress
         "trained_positions": int(sum(sum(m) for m in cols["loss_mask"])),
         "stopped_at_eos": sum(1 for x in cols["stop"] if x == "eos"),
         "user_turn_attempts": user_stats["attempts"],
-        "wall_time_s": {"user_turns": t_users, "answers": t_answers, "total": time.perf_counter() - started},
+        "wall_time_s": {"user_turns": t_users, "answers": t_answers, "total": t_users + t_answers},
         "flops": {"user_turns": user_stats["flops"], "answers": dec.flops,
                   "total": user_stats["flops"] + dec.flops},
         "computed_tokens": {"user_turns": user_stats["computed_tokens"], "answers": dec.computed_tokens},
         "source": "Magpie-style self-generation from the chat template's user prefix; no external data",
     }
     (out / "generation.json").write_text(json.dumps(meta, indent=1))
+    import shutil
+    shutil.rmtree(parts, ignore_errors=True)
     return ds
 
 
