@@ -222,8 +222,16 @@ class TargetModel:
     def rope(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self._cos[start:start + n], self._sin[start:start + n]
 
+    @staticmethod
+    def block_mask(start: int, n: int, device) -> torch.Tensor | None:
+        """Attention mask for n new positions after ``start`` cached ones (None where SDPA's own
+        causal flag or no mask does the job): causal within the block, all of the prefix."""
+        if n == 1 or start == 0:
+            return None
+        return torch.ones(n, start + n, dtype=torch.bool, device=device).tril(diagonal=start)
+
     def attention(self, x: torch.Tensor, w: AttentionWeights, cache: KVCache, layer: int, start: int,
-                  rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+                  rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None = None) -> torch.Tensor:
         """Causal self-attention of positions [start, start+T) over the cache; writes their K/V.
 
         Public because a drafter's own attention block (Kangaroo's adapter) has the target's head
@@ -241,9 +249,8 @@ class TargetModel:
         cache.write(layer, start, k, v)
         end = start + T
         keys, values = cache.k[layer, :, :end], cache.v[layer, :, :end]
-        mask = None
-        if T > 1 and start > 0:  # a block after a prefix: causal within the block, all of the prefix
-            mask = torch.ones(T, end, dtype=torch.bool, device=x.device).tril(diagonal=start)
+        if mask is None:
+            mask = self.block_mask(start, T, x.device)
         o = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
                                            is_causal=T > 1 and start == 0, enable_gqa=H != Hkv)
         return F.linear(o[0].transpose(0, 1).reshape(T, H * d), w.wo)
@@ -254,9 +261,10 @@ class TargetModel:
             raise UsageError(f"sequence longer than the model's sliding window ({self.sliding_window}); "
                              "lower --max-new-tokens or use shorter prompts")
         rope = self.rope(start, h.shape[0])
+        mask = self.block_mask(start, h.shape[0], h.device)  # built once, not once per layer
         for i in range(a, b):
             w = self.layers_w[i]
-            h = h + self.attention(rms_norm(h, w.ln1, self.eps), w.attn, cache, i, start, rope)
+            h = h + self.attention(rms_norm(h, w.ln1, self.eps), w.attn, cache, i, start, rope, mask)
             gate, up = F.linear(rms_norm(h, w.ln2, self.eps), w.w_gate_up).chunk(2, dim=-1)
             h = h + F.linear(F.silu(gate) * up, w.w_down)
         return h
