@@ -13,14 +13,14 @@ greedy
     one-token forwards, so it is reported, not failed. Anything else is a *bug*.
 
 sampling (a), exact
-    A tiny random model with a small vocabulary (default 8 tokens), where the exact distribution
-    of the first k generated tokens (default k = 3) is enumerated by forwarding the target on every
-    prefix. k = 3 because the engine's first token comes from the prefill, before any drafting:
+    A tiny random model (4 layers, so exit layers 1-3 fit) with a small vocabulary (default 8
+    tokens), where the exact distribution of the first k generated tokens (default k = 3) is
+    enumerated by forwarding the target on every prefix. k = 3 because the engine's first token comes from the prefill, before any drafting:
     with k = 2 the round that produces token 2 has no room for a draft, so nothing speculative would
     be tested; with k = 3 that round drafts one token and both the accept path (draft + bonus) and
     the reject path (residual resample) shape tokens 2 and 3. N sequences are sampled through the
-    method (its drafter and verifier, seeds seed, seed + 1, ...) and compared with a chi-square
-    goodness-of-fit test, cells with expected count < 5 pooled.
+    method (its drafter and verifier; seeds spread from --seed by numpy's SeedSequence) and
+    compared with a chi-square goodness-of-fit test, cells with expected count < 5 pooled.
 
 sampling (b), the real model
     The method's first token and its second token given the first, on the target (default
@@ -186,17 +186,36 @@ def _build(registry, name: str, options: list[str], target, temperature: float, 
 
 def sample(method, prompt: list[int], k: int, n: int, temperature: float, seed: int,
            progress: bool = False, generate_tokens: int | None = None) -> Counter:
-    """First k tokens of n generations of ``generate_tokens`` (default k) tokens, seeds seed .. seed + n - 1."""
+    """First k tokens of n generations of ``generate_tokens`` (default k) tokens; generation i uses
+    seed ``sample_seeds(seed, n)[i]``."""
     from .runner import Settings
     s = Settings(max_new_tokens=generate_tokens or k, temperature=temperature, seed=seed, repeats=1, warmup=0)
     counts: Counter = Counter()
+    counts.drafts = [0, 0]  # type: ignore[attr-defined]  # drafted, accepted over all rounds
     it = range(n)
     if progress:
         from tqdm import tqdm
         it = tqdm(it, desc=f"sampling {method.name}", unit="seq", leave=False, file=sys.stderr)
+    seeds = sample_seeds(seed, n)
     for i in it:
-        counts[tuple(method.generate(prompt, s, seed + i).token_ids[:k])] += 1
+        g = method.generate(prompt, s, seeds[i])
+        counts[tuple(g.token_ids[:k])] += 1
+        for r in g.rounds:
+            counts.drafts[0] += r.drafted  # type: ignore[attr-defined]
+            counts.drafts[1] += r.accepted  # type: ignore[attr-defined]
     return counts
+
+
+def sample_seeds(seed: int, n: int) -> list[int]:
+    """n well-spread 31-bit seeds from one base seed (numpy's SeedSequence). Consecutive integers
+    would do for most generators, but a run of nearby seeds is a needless structure to put under a
+    test whose false-alarm rate should be exactly alpha."""
+    return [int(x) >> 1 for x in np.random.SeedSequence(seed).generate_state(n)]
+
+
+def _exercised(counts: Counter) -> dict:
+    drafted, accepted = getattr(counts, "drafts", (0, 0))
+    return {"drafted": drafted, "accepted": accepted, "rejected_rounds_or_drafts": drafted - accepted}
 
 
 @dataclass
@@ -282,10 +301,12 @@ def level_a(method, target, prompt: list[int], k: int, temperature: float, n: in
     started = time.perf_counter()
     counts = sample(method, prompt, k, n, temperature, seed, progress)
     test = chi_square(counts, exact)
+    exercised = _exercised(counts)
     return {"level": "a", "vocab": target.vocab_size, "k": k, "temperature": temperature, "prompt": prompt,
-            "samples": n, "seeds": [seed, seed + n - 1], "effect_size_w": w, "alpha": alpha,
+            "samples": n, "seeds": f"numpy SeedSequence({seed}).generate_state({n}) >> 1",
+            "effect_size_w": w, "alpha": alpha,
             "power": pw, "cells": len(exact), "test": test.as_dict(), "passed": test.p_value >= alpha,
-            "seconds": time.perf_counter() - started}
+            "seconds": time.perf_counter() - started, "exercised": exercised}
 
 
 def level_b(method, target, prompt: list[int], temperature: float, n: int | None, w: float, alpha: float,
@@ -309,6 +330,7 @@ def level_b(method, target, prompt: list[int], temperature: float, n: int | None
     cond = {t: next_token_probs(target, prompt + [t], temperature) for t in firsts}
     started = time.perf_counter()
     counts = sample(method, prompt, 2, n, temperature, seed, progress, generate_tokens=3)
+    exercised = _exercised(counts)
     c1 = Counter()
     for seq, c in counts.items():
         c1[seq[0]] += c
@@ -329,10 +351,12 @@ def level_b(method, target, prompt: list[int], temperature: float, n: int | None
     from scipy.stats import chi2
     p2 = float(chi2.sf(stat, dof)) if dof else 1.0
     return {"level": "b", "model": target.name, "prompt": prompt, "temperature": temperature, "samples": n,
-            "seeds": [seed, seed + n - 1], "effect_size_w": w, "alpha": alpha, "power_first_token": pw,
+            "seeds": f"numpy SeedSequence({seed}).generate_state({n}) >> 1", "effect_size_w": w, "alpha": alpha,
+            "power_first_token": pw,
             "first_token": t1.as_dict(),
             "second_given_first": {"statistic": stat, "df": dof, "p_value": p2, "by_first_token": per_first},
-            "passed": t1.p_value >= alpha / 2 and p2 >= alpha / 2, "seconds": time.perf_counter() - started}
+            "passed": t1.p_value >= alpha / 2 and p2 >= alpha / 2, "seconds": time.perf_counter() - started,
+            "exercised": exercised}
 
 
 # ---- command line ------------------------------------------------------------------------------------
@@ -375,6 +399,15 @@ def add_lossless_parser(subparsers) -> None:
     p.add_argument("--seed", type=int, default=1234, help="first seed of the sampled sequences")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the full report as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _say_exercised(r: dict, method: str) -> None:
+    e = r["exercised"]
+    if e["drafted"]:
+        print(f"  speculative path exercised: {e['drafted']} drafts proposed, {e['accepted']} accepted, "
+              f"{e['drafted'] - e['accepted']} rejected")
+    elif method != "vanilla":
+        print(f"  note: {method} proposed no drafts here, so only plain sampling was tested")
 
 
 def _split_verifiers(registry, text: str | None) -> dict[bool, str | None]:
@@ -435,7 +468,7 @@ def cmd_lossless(args) -> int:
         failed |= not g.passed
 
     if "a" in levels:
-        tiny = TargetModel.tiny("llama", vocab_size=args.tiny_vocab, n_layers=2, hidden_size=32, n_heads=4,
+        tiny = TargetModel.tiny("llama", vocab_size=args.tiny_vocab, n_layers=4, hidden_size=32, n_heads=4,
                                 n_kv_heads=2, seed=0)
         try:
             method = _build(registry, args.method, args.option + args.tiny_option, tiny, args.temperature,
@@ -454,9 +487,10 @@ def cmd_lossless(args) -> int:
         r["verifier"] = method.verifier
         t = r["test"]
         print(f"sampling (a): tiny llama, vocab {args.tiny_vocab}, first {args.k} tokens at T={args.temperature:g}: "
-              f"N={r['samples']} (seeds {args.seed}..{args.seed + r['samples'] - 1}; power {r['power']:.2f} "
+              f"N={r['samples']} (seeds from SeedSequence({args.seed}); power {r['power']:.2f} "
               f"against w={args.effect_a:g} at alpha={args.alpha:g}), {r['cells']} cells pooled to {t['cells']}: "
               f"chi2={t['statistic']:.1f}, df={t['df']}, p={t['p_value']:.3g} -> {'PASS' if r['passed'] else 'FAIL'}")
+        _say_exercised(r, args.method)
         report["levels"]["a"] = r
         failed |= not r["passed"]
 
@@ -472,10 +506,11 @@ def cmd_lossless(args) -> int:
         r["prompt_text"] = B_PROMPT
         t1, t2 = r["first_token"], r["second_given_first"]
         print(f"sampling (b): {target.name}, prompt {B_PROMPT!r}, T={args.temperature:g}: N={r['samples']} (seeds "
-              f"{args.seed}..{args.seed + r['samples'] - 1}; power {r['power_first_token']:.2f} against "
+              f"from SeedSequence({args.seed}); power {r['power_first_token']:.2f} against "
               f"w={args.effect_b:g} at alpha/2); first token chi2={t1['statistic']:.1f}, df={t1['df']}, "
               f"p={t1['p_value']:.3g}; second given first chi2={t2['statistic']:.1f}, df={t2['df']}, "
               f"p={t2['p_value']:.3g} -> {'PASS' if r['passed'] else 'FAIL'}")
+        _say_exercised(r, args.method)
         report["levels"]["b"] = r
         failed |= not r["passed"]
 

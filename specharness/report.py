@@ -398,6 +398,46 @@ class Report:
         self.write("paired_tests.md", md)
         self.sections.append(md)
 
+    # ---- acceptance and cost ---------------------------------------------------------------------
+    def acceptance_table(self) -> None:
+        runs = sorted((r for r in self.runs if r.main and not r.is_vanilla
+                       and any(d for q in r.records for d, _ in metrics.rounds(q))), key=lambda r: r.short)
+        if not runs:
+            self.note("acceptance table skipped: no main run drafted any token")
+            return
+        width = max(max((d for q in r.records for d, _ in metrics.rounds(q)), default=0) for r in runs)
+        width = min(width, 8)
+        header = ["Method", "Mean draft len.", "Accept. rate", *[f"CTAR({w})" for w in range(1, width + 1)],
+                  "Accept. by position", "Draft ms/token", "Verify ms/round", "Vanilla ms/step",
+                  "Break-even (draft)", "Break-even (full)"]
+        rows, data = [], {}
+        for r in runs:
+            tb = metrics.time_breakdown(r.records)
+            base = r.baseline.records if r.baseline else []
+            c_v = metrics.vanilla_step_cost(base) if base else float("nan")
+            ctar = metrics.ctar_curve(r.records, width)
+            by_pos = metrics.acceptance_by_position(r.records, width)
+            be = metrics.break_even_acceptance(r.records, base) if base else float("nan")
+            be_full = metrics.break_even_acceptance(r.records, base, full=True) if base else float("nan")
+
+            def f(x, scale=1.0, d=3):
+                return f"{x * scale:.{d}f}" if isinstance(x, (int, float)) and math.isfinite(x) else "-"
+            rows.append([r.short, f(metrics.mean_draft_length(r.records), d=2), f(metrics.acceptance_rate(r.records)),
+                         *[f(c) for c in ctar], " ".join(f(x, d=2) for x in by_pos),
+                         f(tb["draft_s_per_token"], 1e3, 2), f(tb["verify_s_per_round"], 1e3, 2), f(c_v, 1e3, 2),
+                         f(be), f(be_full)])
+            data[r.label] = {"ctar": ctar, "acceptance_by_position": by_pos, "break_even_draft": be,
+                             "break_even_full": be_full, **tb, "vanilla_step_s": c_v}
+        caption = ("Why: acceptance and cost per round, all subtasks. CTAR(w) = fraction of verification rounds "
+                   "accepting >= w drafts; acceptance by position = P(draft i accepted | drafts before it "
+                   "accepted); a drafted token pays only if accepted at least at the break-even rate "
+                   "(draft: draft cost per token / vanilla step; full: every extra second of a round counted).")
+        md = f"**Acceptance and cost.** {caption}\n\n" + markdown_table(header, rows)
+        self.write("acceptance.md", md)
+        self.write("acceptance.tex", latex_table(header, rows, caption, "tab:acceptance"))
+        self.sections.append(md)
+        self.data["acceptance"] = data
+
     # ---- Table 2 ---------------------------------------------------------------------------------
     def _anchor(self, group: list[Run]) -> dict:
         """Option values to hold fixed in sweeps and ablations: the main file's, else the most common."""
@@ -616,7 +656,8 @@ class Report:
                                      capsize=3, label=lab, **style)
                     data[lab] = {"eta": etas, "cr": [c.cr.value for c in cs], "speedup": [e.__dict__ for e in sp]}
                     i += 1
-            gammas = [str(v) for v in sorted({r.options.get("gamma") for r in oracles}, key=lambda v: (v is None, str(v).zfill(8)))]
+            gammas = [str(v) for v in sorted({r.options.get("gamma") for r in oracles},
+                                             key=lambda v: (v is None, str(v).zfill(8)))]
             for j, r in enumerate(sorted(oracles, key=lambda r: (str(r.options.get("gamma")), r.label))):
                 c = cell(r, "overall")
                 g = str(r.options.get("gamma"))
@@ -711,7 +752,8 @@ class Report:
     def build(self) -> None:
         import matplotlib
         matplotlib.use("Agg")
-        for step in (self.table1, self.paired_tests, self.table2, self.fig1a, self.fig1b, self.fig3a, self.fig3b):
+        for step in (self.table1, self.paired_tests, self.acceptance_table, self.table2, self.fig1a, self.fig1b,
+                     self.fig3a, self.fig3b):
             step()
         inputs = "\n".join(f"- `{r.path}`: {r.label}, {len(r.records)} questions"
                            + (f", baseline `{r.baseline.path.name}`" if r.baseline and not r.is_vanilla else "")

@@ -94,7 +94,9 @@ def test_level_a_passes_correct_methods_and_fails_always_accept(tiny):
     common = dict(target=tiny, prompt=[1, 2, 3, 4, 5], k=3, temperature=1.3, n=None, w=0.25, alpha=0.01, seed=11)
     ok = lossless.level_a(_method(tiny, "random-draft", "speculative-sampling"), **common)
     assert ok["passed"], ok["test"]
-    assert ok["power"] >= 0.9 and ok["seeds"] == [11, 11 + ok["samples"] - 1]
+    assert ok["power"] >= 0.9 and ok["seeds"] == f"numpy SeedSequence(11).generate_state({ok['samples']}) >> 1"
+    e = ok["exercised"]  # both the accept path and the reject (residual) path were taken
+    assert e["drafted"] >= ok["samples"] and 0 < e["accepted"] < e["drafted"]
     bad = lossless.level_a(_method(tiny, "random-draft", "always-accept"), **common)
     assert not bad["passed"] and bad["test"]["p_value"] < 1e-6
     assert bad["samples"] == ok["samples"]
@@ -136,3 +138,34 @@ def test_suite_fails_the_broken_verifier(tmp_path, capsys):
 def test_vanilla_passes_level_a(tmp_path):
     rc, rep = run_cli(["--method", "vanilla", "--levels", "a", "--effect-a", "0.3", "--samples-a", "300"], tmp_path)
     assert rc == 0 and rep["levels"]["a"]["samples"] == 300
+
+
+def test_greedy_check_reports_position_and_margin_of_a_divergence(tiny, monkeypatch):
+    """A method that swaps one token for the target's runner-up: a near-tie only if the margin
+    there is under the tolerance; a token outside the top 2 is a bug whatever the tolerance."""
+    from types import SimpleNamespace
+
+    from tasks.specbench import Question
+    monkeypatch.setattr(tiny, "chat_ids", lambda messages: [1, 2, 3], raising=False)
+    vanilla = _method(tiny, "vanilla", None, 0.0)
+    v = vanilla.generate([1, 2, 3], SimpleNamespace(max_new_tokens=6, temperature=0.0), 0).token_ids
+    margin, top1, top2 = lossless.top2_margin(tiny, [1, 2, 3] + v[:2])
+    assert top1 == v[2] and margin >= 0
+    other = next(t for t in range(8) if t not in (top1, top2))
+
+    def fake(token):
+        out = v[:2] + [token] + v[3:]
+        return SimpleNamespace(generate=lambda ids, s, seed: SimpleNamespace(token_ids=out))
+
+    q = [Question("q1", "qa", "qa", ("hello",))]
+    tie = lossless.greedy_check(tiny, fake(top2), vanilla, q, 6, tolerance=margin * 2 + 1e-9, log=lambda *_: None)
+    assert tie.passed and tie.mismatches[0].kind == "near-tie"
+    m = tie.mismatches[0]
+    assert (m.position, m.vanilla_token, m.method_token, m.runner_up) == (2, top1, top2, top2)
+    assert m.margin == pytest.approx(margin)
+    bug = lossless.greedy_check(tiny, fake(top2), vanilla, q, 6, tolerance=margin / 2, log=lambda *_: None)
+    assert not bug.passed and bug.mismatches[0].kind == "bug"
+    wrong = lossless.greedy_check(tiny, fake(other), vanilla, q, 6, tolerance=1e9, log=lambda *_: None)
+    assert not wrong.passed and wrong.mismatches[0].kind == "bug"
+    same = lossless.greedy_check(tiny, vanilla, vanilla, q, 6, tolerance=1e-4, log=lambda *_: None)
+    assert same.passed and same.identical == 1 and same.mismatches == []

@@ -12,7 +12,8 @@ from specharness import metrics, stats
 from specharness.report import add_report_parser, cmd_report
 from specharness.results import read_results
 
-EVERYTHING = ["table1.md", "table1.tex", "table2.md", "table2.tex", "paired_tests.md", "oracle_vs_eta.md",
+EVERYTHING = ["table1.md", "table1.tex", "acceptance.md", "acceptance.tex", "table2.md", "table2.tex",
+              "paired_tests.md", "oracle_vs_eta.md",
               "oracle_vs_eta.tex", "best_eta.md", "best_eta.tex", "report.md", "report.json"] + [
     f"{name}.{ext}" for name in ("fig1a_ctar", "fig1b_speedup", "fig3a_exit_layer", "fig3b_eta")
     for ext in ("png", "pdf")]
@@ -69,6 +70,16 @@ def test_table1_numbers_match_the_statistics(built):
     assert "†" in md  # the fixture's vanilla has one unstable question
     tex = (out / "table1.tex").read_text()
     assert "\\begin{tabular}" in tex and "early\\_exit" in tex and "\\multicolumn{2}{c}{Math}" in tex
+
+
+def test_acceptance_table_explains_the_speedups(built):
+    files, out, data = built
+    _, kang = read_results(files["kangaroo"])
+    _, van = read_results(files["vanilla"])
+    row = data["acceptance"][next(k for k in data["acceptance"] if "adapter=default" in k)]
+    assert row["ctar"][0] == pytest.approx(metrics.ctar(kang, 1))
+    assert row["break_even_draft"] == pytest.approx(metrics.break_even_acceptance(kang, van))
+    assert (out / "acceptance.md").read_text().count("| ") >= 4
 
 
 def test_table2_has_one_row_per_adapter_variant(built):
