@@ -320,14 +320,23 @@ def level_b(method, target, prompt: list[int], temperature: float, n: int | None
         keep = idx[n_ * mass * p[idx] >= min_expected]
         return {int(i): float(p[i]) for i in keep}
 
+    # the frequent first tokens and their exact next-token distributions (one forward each)
+    cand = [int(t) for t in order[:32] if p1[t] >= 0.005 and int(t) not in target.eos_ids]
+    cond_all = {t: next_token_probs(target, prompt + [t], temperature) for t in cand}
     if n is None:
-        n, df, pw = samples_for_power({int(i): float(p1[i]) for i in order[:2000]} | {"tail": float(
+        # N for power on both tests: the first token, and the first two tokens jointly (which is
+        # what the second-given-first test sees, cell by cell, once the first is known)
+        n1, _, _ = samples_for_power({int(i): float(p1[i]) for i in order[:2000]} | {"tail": float(
             1 - p1[order[:2000]].sum())}, w, alpha / 2)
-    else:
-        df = len(head(p1, n)) or 1
-        pw = power(n, df, w, alpha / 2)
+        joint = {(t, int(u)): float(p1[t] * cond_all[t][u]) for t in cand for u in np.argsort(-cond_all[t])[:200]}
+        joint["tail"] = max(0.0, 1.0 - sum(joint.values()))
+        n2, _, _ = samples_for_power(joint, w, alpha / 2)
+        n = max(n1, n2)
+    df = len(head(p1, n)) or 1
+    pw = power(n, df, w, alpha / 2)
     firsts = [t for t in head(p1, n) if t not in target.eos_ids]
-    cond = {t: next_token_probs(target, prompt + [t], temperature) for t in firsts}
+    cond = {t: cond_all.get(t) if t in cond_all else next_token_probs(target, prompt + [t], temperature)
+            for t in firsts}
     started = time.perf_counter()
     counts = sample(method, prompt, 2, n, temperature, seed, progress, generate_tokens=3)
     exercised = _exercised(counts)

@@ -59,7 +59,8 @@ def summary_rows(paths: list[Path], questions: list | None = None) -> list[dict]
 
 def print_summary(paths: list[Path], questions: list | None = None) -> None:
     rows = summary_rows(paths, questions)
-    print(f"\n{'method':22s} {'subtask':15s} {'n':>4s} {'tokens/s':>9s} {'CR [95% CI]':>20s} "
+    w = max([22, *(len(r["method"]) for r in rows)])
+    print(f"\n{'method':{w}s} {'subtask':15s} {'n':>4s} {'tokens/s':>9s} {'CR [95% CI]':>20s} "
           f"{'speedup [95% CI]':>24s}  timing")
     for r in rows:
         sp = r["speedup_ci"].fmt(3, "x") if r["speedup_ci"] is not None else "-"
@@ -69,7 +70,7 @@ def print_summary(paths: list[Path], questions: list | None = None) -> None:
                 flag += f", its vanilla {r['baseline_unstable']}/{r['questions']}"
         else:
             flag = "ok" if r["repeats"] > 1 else "1 repeat"
-        print(f"{r['method']:22s} {r['subtask']:15s} {r['questions']:4d} {r['tokens_per_s']:9.2f} "
+        print(f"{r['method']:{w}s} {r['subtask']:15s} {r['questions']:4d} {r['tokens_per_s']:9.2f} "
               f"{r['cr_ci'].fmt(3):>20s} {sp:>24s}  {flag}")
     print("speedup: throughput ratio vs vanilla on the same questions, 95% paired BCa bootstrap over "
           "questions; 'overall' = mean of the subtask speedups (stratified bootstrap).")
