@@ -1,4 +1,4 @@
-"""python -m specharness {run,compare,list,train} — the command line.
+"""python -m specharness {run,compare,list,train,report,lossless} — the command line.
 
 Every user error becomes one line on stderr and exit code 2; Ctrl-C keeps every finished question
 on disk and says how to resume.
@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import lossless, report
 from .errors import UsageError
 
 RESULTS_DIR = Path("results") / "runs"
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--out", default=None, help="output directory (default: the trainer's cache directory)")
     tr.add_argument("--resume", action="store_true", help="continue from the last epoch checkpoint")
     _common_model_args(tr)
+    report.add_report_parser(sub); lossless.add_lossless_parser(sub)  # noqa: E702
     return parser
 
 
@@ -283,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_list(args)
         if args.command == "train":
             return cmd_train(args)
+        if args.command in ("report", "lossless"):
+            return report.cmd_report(args) if args.command == "report" else lossless.cmd_lossless(args)
     except UsageError as exc:
         print(f"specharness: error: {exc}", file=sys.stderr)
         return 2
