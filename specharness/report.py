@@ -793,7 +793,7 @@ def build_report(paths: list[str | Path], out: str | Path, plugins: list[str] | 
 def add_report_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "report", help="paper-style tables and figures from result files (no model needed)",
-        description="Table 1 (speedup with 95%% CI and CR per subtask), Table 2 (ablation), paired tests, "
+        description="Table 1 (speedup with 95% CI and CR per subtask), Table 2 (ablation), paired tests, "
                     "Figure 1(a) CTAR curves, 1(b) speedup bars, 3(a) exit-layer sweep, 3(b) eta sweep with "
                     "the oracle stop and the best eta per subtask; Markdown, LaTeX, PNG and PDF.")
     p.add_argument("results", nargs="+", metavar="RESULT_FILE_OR_DIR",
