@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections import Counter
 from pathlib import Path
@@ -18,10 +17,9 @@ PLUGIN = str(Path(__file__).parent / "fixtures" / "lossless_plugins.py")
 
 
 def run_cli(argv, tmp_path):
-    parser = argparse.ArgumentParser()
-    lossless.add_lossless_parser(parser.add_subparsers(dest="command"))
+    from specharness.cli import main
     out = tmp_path / "lossless.json"
-    rc = lossless.cmd_lossless(parser.parse_args(["lossless", *argv, "--json", str(out), "--quiet"]))
+    rc = main(["lossless", *argv, "--json", str(out), "--quiet"])
     return rc, json.loads(out.read_text())
 
 
@@ -169,3 +167,11 @@ def test_greedy_check_reports_position_and_margin_of_a_divergence(tiny, monkeypa
     assert not wrong.passed and wrong.mismatches[0].kind == "bug"
     same = lossless.greedy_check(tiny, vanilla, vanilla, q, 6, tolerance=1e-4, log=lambda *_: None)
     assert same.passed and same.identical == 1 and same.mismatches == []
+
+
+def test_bad_lossless_input_is_one_line(capsys):
+    from specharness.cli import main
+    assert main(["lossless", "--method", "vanilla", "--levels", "a,zzz"]) == 2
+    assert main(["lossless", "--method", "vanilla", "--verifier", "nope", "--levels", "a"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith("specharness: error:") for line in err)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
 from fixture_results import write_fixture, write_run, questions
 
 from specharness import metrics, stats
-from specharness.report import add_report_parser, cmd_report
 from specharness.results import read_results
 
 EVERYTHING = ["table1.md", "table1.tex", "acceptance.md", "acceptance.tex", "table2.md", "table2.tex",
@@ -20,9 +18,8 @@ EVERYTHING = ["table1.md", "table1.tex", "acceptance.md", "acceptance.tex", "tab
 
 
 def run_report(argv):
-    parser = argparse.ArgumentParser()
-    add_report_parser(parser.add_subparsers(dest="command"))
-    return cmd_report(parser.parse_args(["report", *argv]))
+    from specharness.cli import main
+    return main(["report", *argv])
 
 
 @pytest.fixture(scope="module")
