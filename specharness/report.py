@@ -398,6 +398,51 @@ class Report:
         self.write("paired_tests.md", md)
         self.sections.append(md)
 
+    @staticmethod
+    def _overhead(r: Run) -> str:
+        """Share of the run's time the per-round timing itself costs (header's measured cost per round)."""
+        cost = r.meta.get("instrumentation_s_per_round")
+        total = sum(metrics.wall_time(q) for q in r.records)
+        if not isinstance(cost, (int, float)) or total <= 0:
+            return "-"
+        return f"{100 * cost * sum(metrics.forwards(q) for q in r.records) / total:.2f}%"
+
+    # ---- per-subtask detail ------------------------------------------------------------------
+    def detail_table(self) -> None:
+        runs = sorted((r for r in self.runs if r.main), key=lambda r: (not r.is_vanilla, r.short))
+        rows, data = [], {}
+        for r in runs:
+            gamma = r.options.get("gamma")
+            longest = max((d for q in r.records for d, _ in metrics.rounds(q)), default=0)
+            width = min(8, max(longest, gamma if isinstance(gamma, int) else 0))
+            for sub in [s for s in SUBTASKS if r.subset(s)] + ["overall"]:
+                recs = r.subset(sub)
+                c = cell(r, sub)
+                tps = stats.throughput_ci(recs)
+                ctar = metrics.ctar_curve(recs, width) if width else []
+                stab = stats.unstable_timings(recs)
+                rows.append([r.short, SUBTASK_TITLES.get(sub, "All"), str(len(recs)), tps.fmt(1), _sp(c),
+                             c.cr.fmt(2), f"{metrics.mean_draft_length(recs):.2f}" if width else "-",
+                             " ".join(f"{x:.2f}" for x in ctar) or "-",
+                             f"{len(stab.unstable)}/{stab.questions}" + (f" (max CV {stab.max_cv:.0%})" if stab.unstable
+                                                                          else "")])
+                data.setdefault(r.label, {})[sub] = {"tokens_per_s": tps.__dict__, "ctar": ctar,
+                                                     "mean_draft_length": metrics.mean_draft_length(recs),
+                                                     "unstable": stab.unstable}
+        if not rows:
+            self.note("detail table skipped: no main runs")
+            return
+        header = ["Method", "Subtask", "n", "Tokens/s [95% CI]", "Speedup [95% CI]", "CR [95% CI]",
+                  "Mean draft len.", "CTAR(1..γ)", "Unstable (CV > 10%)"]
+        caption = ("Per subtask and overall ('All': tokens/s, CTAR and draft length pool every question; speedup "
+                   "and CR are means over subtasks, as in Table 1): throughput, speedup and CR with 95% bootstrap intervals, mean draft length, "
+                   "CTAR(w) for w = 1..γ, and questions whose timed repeats varied by more than 10%.")
+        md = f"**Detail.** {caption}\n\n" + markdown_table(header, rows)
+        self.write("detail.md", md)
+        self.write("detail.tex", latex_table(header, rows, caption, "tab:detail"))
+        self.sections.append(md)
+        self.data["detail"] = data
+
     # ---- acceptance and cost ---------------------------------------------------------------------
     def acceptance_table(self) -> None:
         runs = sorted((r for r in self.runs if r.main and not r.is_vanilla
@@ -409,7 +454,7 @@ class Report:
         width = min(width, 8)
         header = ["Method", "Mean draft len.", "Accept. rate", *[f"CTAR({w})" for w in range(1, width + 1)],
                   "Accept. by position", "Draft ms/token", "Verify ms/round", "Vanilla ms/step",
-                  "Break-even (draft)", "Break-even (full)"]
+                  "Break-even (draft)", "Break-even (full)", "Timing overhead"]
         rows, data = [], {}
         for r in runs:
             tb = metrics.time_breakdown(r.records)
@@ -425,7 +470,7 @@ class Report:
             rows.append([r.short, f(metrics.mean_draft_length(r.records), d=2), f(metrics.acceptance_rate(r.records)),
                          *[f(c) for c in ctar], " ".join(f(x, d=2) for x in by_pos),
                          f(tb["draft_s_per_token"], 1e3, 2), f(tb["verify_s_per_round"], 1e3, 2), f(c_v, 1e3, 2),
-                         f(be), f(be_full)])
+                         f(be), f(be_full), self._overhead(r)])
             data[r.label] = {"ctar": ctar, "acceptance_by_position": by_pos, "break_even_draft": be,
                              "break_even_full": be_full, **tb, "vanilla_step_s": c_v}
         caption = ("Why: acceptance and cost per round, all subtasks. CTAR(w) = fraction of verification rounds "
@@ -752,7 +797,7 @@ class Report:
     def build(self) -> None:
         import matplotlib
         matplotlib.use("Agg")
-        for step in (self.table1, self.paired_tests, self.acceptance_table, self.table2, self.fig1a, self.fig1b,
+        for step in (self.table1, self.detail_table, self.paired_tests, self.acceptance_table, self.table2, self.fig1a, self.fig1b,
                      self.fig3a, self.fig3b):
             step()
         inputs = "\n".join(f"- `{r.path}`: {r.label}, {len(r.records)} questions"

@@ -10,7 +10,7 @@ from fixture_results import write_fixture, write_run, questions
 from specharness import metrics, stats
 from specharness.results import read_results
 
-EVERYTHING = ["table1.md", "table1.tex", "acceptance.md", "acceptance.tex", "table2.md", "table2.tex",
+EVERYTHING = ["table1.md", "table1.tex", "detail.md", "detail.tex", "acceptance.md", "acceptance.tex", "table2.md", "table2.tex",
               "paired_tests.md", "oracle_vs_eta.md",
               "oracle_vs_eta.tex", "best_eta.md", "best_eta.tex", "report.md", "report.json"] + [
     f"{name}.{ext}" for name in ("fig1a_ctar", "fig1b_speedup", "fig3a_exit_layer", "fig3b_eta")
@@ -67,6 +67,20 @@ def test_table1_numbers_match_the_statistics(built):
     assert "†" in md  # the fixture's vanilla has one unstable question
     tex = (out / "table1.tex").read_text()
     assert "\\begin{tabular}" in tex and "early\\_exit" in tex and "\\multicolumn{2}{c}{Math}" in tex
+
+
+def test_detail_table_has_every_subtask_with_intervals(built):
+    files, out, data = built
+    _, kang = read_results(files["kangaroo"])
+    d = data["detail"][next(k for k in data["detail"] if "adapter=default" in k)]
+    assert set(d) == {"multi_turn", "translation", "summarization", "qa", "math_reasoning", "rag", "overall"}
+    math_recs = [r for r in kang if r["subtask"] == "math_reasoning"]
+    assert d["math_reasoning"]["ctar"][:2] == pytest.approx([metrics.ctar(math_recs, 1), metrics.ctar(math_recs, 2)])
+    assert len(d["overall"]["ctar"]) == 6  # w = 1..gamma
+    tps = d["overall"]["tokens_per_s"]
+    assert tps["value"] == pytest.approx(metrics.throughput(kang))
+    assert tps["low"] < tps["value"] < tps["high"]
+    assert "| vanilla | MT-bench | 3 |" in (out / "detail.md").read_text()
 
 
 def test_acceptance_table_explains_the_speedups(built):
