@@ -361,6 +361,9 @@ class Report:
                        f"subtask, temperature {t:g}. Avg. = mean over subtasks (stratified bootstrap).")
             if van:
                 caption += f" Vanilla: {metrics.throughput(van[0].records):.1f} tokens/s."
+            if min(len(r.subset(s)) for r in runs for s in subs) < stats.MIN_QUESTIONS:
+                caption += (f" Some cells hold fewer than {stats.MIN_QUESTIONS} questions: their intervals "
+                            "are rough.")
             if unstable:
                 caption += (f" † some question's timed repeats varied by more than {stats.CV_LIMIT:.0%} "
                             "(coefficient of variation), in this method or its vanilla baseline.")

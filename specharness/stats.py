@@ -34,6 +34,7 @@ import numpy as np
 from . import metrics
 
 CV_LIMIT = 0.10
+MIN_QUESTIONS = 5  # below this a bootstrap interval is printed but called rough
 CONFIDENCE = 0.95
 N_RESAMPLES = 4999
 SEED = 12345  # bootstrap resampling is seeded: the same files always give the same intervals

@@ -78,6 +78,9 @@ def print_summary(paths: list[Path], questions: list | None = None) -> None:
         print(f"UNSTABLE: some questions' timed repeats vary by more than {stats.CV_LIMIT:.0%} "
               "(coefficient of variation); their median is used, but the machine was noisy: rerun "
               "on a quieter machine or with more --repeats before trusting those rows.")
+    if any(r["questions"] < stats.MIN_QUESTIONS and r["method"] != "vanilla" for r in rows):
+        print(f"(rows with fewer than {stats.MIN_QUESTIONS} questions: their intervals are rough, a bootstrap "
+              "cannot say much about so few questions; use a larger --limit)")
     if rows and all(r["repeats"] <= 1 for r in rows):
         print("(one timed repeat per question: timing stability cannot be checked; use --repeats 3)")
     if any(r["speedup_ci"] is None for r in rows):
