@@ -117,10 +117,9 @@ def _method_options(labels: list[str], raw: list[str]) -> dict[str, tuple[str, l
     as METHOD.KEY=VALUE (or plain KEY=VALUE when a single method runs)."""
     out = {label: (label.split(":")[0], label.split(":")[1:]) for label in labels}
     for item in raw:
-        key = item.split("=", 1)[0]
-        if "." in key and key.split(".", 1)[0] in out:
-            label, rest = item.split(".", 1)
-            out[label][1].append(rest)
+        owner = max((lb for lb in labels if item.startswith(lb + ".")), key=len, default=None)
+        if owner:  # the longest label wins, so a label holding "eta=0.3" is not split at its dot
+            out[owner][1].append(item[len(owner) + 1:])
         elif len(labels) == 1:
             out[labels[0]][1].append(item)
         else:
@@ -183,7 +182,8 @@ def cmd_run(args, methods_arg: list[str]) -> int:
                           max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
                           seed=settings.seed, repeats=settings.repeats, warmup=settings.warmup,
                           question_file=str(qfile), extra_params=m.extra_params,
-                          target_params=target.n_parameters, compared_with=methods_arg)
+                          target_params=target.n_parameters, target_layers=target.n_layers,
+                          compared_with=methods_arg)
         writers[m.label] = ResultWriter(paths[m.label], meta, resume=args.resume, overwrite=args.overwrite)
     done = {name: w.done for name, w in writers.items()}
     pending = sum(q.question_id not in done[m.label] for q in questions for m in methods)
