@@ -117,6 +117,27 @@ class Adapter(nn.Module):
                 lin.weight.copy_(torch.randn(lin.weight.shape, generator=g) * std)
         return a.to(device=target.device, dtype=target.dtype)
 
+    @classmethod
+    def from_target_layer(cls, target: TargetModel, layer: int) -> "Adapter":
+        """Start from the target itself: layer ``layer``'s attention and input norm, the final norm.
+
+        Untrained, this drafter is then the target's own next attention block followed by its
+        final norm and head: a better starting point than a random block (which is a raw early
+        exit through a unit norm)."""
+        if target.layers_w[layer].attn.bqkv is not None:
+            return cls.for_target(target)  # Qwen2 attention has biases the Kangaroo layout lacks
+        a = cls(target.hidden_size, target.n_heads, target.n_kv_heads, target.head_dim, target.eps)
+        w = target.layers_w[layer]
+        q, k, v = w.attn.wqkv.split([target.n_heads * target.head_dim, target.n_kv_heads * target.head_dim,
+                                     target.n_kv_heads * target.head_dim])
+        with torch.no_grad():
+            attn = a.layers[0].self_attn
+            for lin, src in ((attn.q_proj, q), (attn.k_proj, k), (attn.v_proj, v), (attn.o_proj, w.attn.wo)):
+                lin.weight.copy_(src)
+            a.layers[0].input_layernorm.weight.copy_(w.ln1)
+            a.norm.weight.copy_(target.norm_weight)
+        return a.to(device=target.device, dtype=target.dtype)
+
     def attention_weights(self) -> AttentionWeights:
         a = self.layers[0].self_attn
         return AttentionWeights(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), None, a.o_proj.weight)

@@ -49,6 +49,8 @@ OPTIONS = [
     OptionSpec("topk", "int", 32, "soft labels keep the target's top-k probabilities", min=1, max=1024),
     OptionSpec("held_out", "float", 0.05, "share of conversations held out for agreement", min=0.0, max=0.5),
     OptionSpec("gen_batch", "int", 32, "conversations generated per batch", min=1),
+    OptionSpec("init", "str", "layer", "adapter start: 'layer' = the target's layer-l attention, input norm "
+               "and final norm; 'random' = a random block with unit norms", choices=("layer", "random")),
     OptionSpec("seed", "int", 0, "seed for data sampling, split, and initialisation"),
     OptionSpec("data", "str", "", "self-distillation data directory (default: a shared cache directory "
                "named after the model and recipe; reused when it matches)"),
@@ -180,7 +182,8 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
 
     # 2. model, optimizer, schedule
     torch.manual_seed(options["seed"])
-    adapter = Adapter.for_target(target, seed=options["seed"])
+    adapter = (Adapter.from_target_layer(target, l) if options["init"] == "layer"
+               else Adapter.for_target(target, seed=options["seed"]))
     adapter = adapter.float() if target.dtype != torch.float32 else adapter
     params = [p for p in adapter.parameters()]
     opt = torch.optim.AdamW(params, lr=options["lr"], weight_decay=options["weight_decay"], betas=(0.9, 0.95))
@@ -229,7 +232,7 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
                 logp = torch.log_softmax(_step_outputs(target, adapter, x, sel, rows), -1)
                 loss = -(probs * logp.gather(1, ids)).sum() / n_pos
                 loss.backward()
-                step_loss += float(loss)
+                step_loss += float(loss.detach())
                 n = x.shape[0]
                 train_flops += 3 * (n * (2 * w_adapter + 4 * (n / 2) * target.n_heads * d) + len(sel) * 2 * H * head_rows)
             torch.nn.utils.clip_grad_norm_(params, 1.0)
