@@ -1,0 +1,96 @@
+"""Self-distillation data: Magpie-style self-generated conversations, stored generically."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from specharness import selfdistill as sd
+from specharness.errors import UsageError
+
+SETTINGS = sd.GenerationSettings(conversations=2, max_user_tokens=32, min_user_tokens=2, max_answer_tokens=6,
+                                 batch_size=4, capture_layers=(2,), topk=4)
+
+
+@pytest.fixture(scope="module")
+def data(smol, tmp_path_factory):
+    out = tmp_path_factory.mktemp("selfdistill")
+    ds = sd.generate(smol, SETTINGS, out, progress=False)
+    return smol, out, ds
+
+
+def test_user_prefix_is_the_template_before_the_user_turn(smol):
+    text = smol.tokenizer.decode(sd.user_prefix_ids(smol))
+    full = smol.tokenizer.apply_chat_template([{"role": "user", "content": "hello"}], tokenize=False)
+    assert full.startswith(text) and text.rstrip().endswith("user")
+
+
+def test_dataset_layout_and_loss_mask(data):
+    target, out, ds = data
+    assert len(ds) == SETTINGS.conversations
+    assert set(ds.column_names) >= {"input_ids", "prompt_len", "loss_mask", "user", "stop"}
+    meta = json.loads((out / "generation.json").read_text())
+    assert meta["settings"]["max_answer_tokens"] == 6 and meta["model"]["name"] == target.name
+    assert meta["wall_time_s"]["total"] > 0 and meta["flops"]["total"] > 0
+    assert meta["tokens"] == sum(len(r) for r in ds["input_ids"])
+    assert not (out / "partial").exists()  # per-batch checkpoints are removed once done
+    for row, (ids, mask) in zip(ds, sd.examples(ds)):
+        P, n = row["prompt_len"], len(row["input_ids"])
+        assert ids.tolist() == row["input_ids"]
+        assert ids[:P].tolist() == target.chat_ids([{"role": "user", "content": row["user"]}])
+        # mask[t] == 1 exactly when token t + 1 is an answer token
+        assert mask.tolist() == [P - 1 <= t < n - 1 for t in range(n)]
+        assert row["stop"] in ("eos", "length")
+        assert 1 <= n - P <= 6
+
+
+def test_never_spec_bench_questions(data):
+    from tasks.specbench import find_question_file, load_questions
+    questions = {t.strip() for q in load_questions(find_question_file(None)) for t in q.turns}
+    _, _, ds = data
+    assert not questions & {u.strip() for u in ds["user"]}
+
+
+def test_captured_features_match_teacher_forcing(data):
+    target, out, ds = data
+    got = sd.load_features(out)
+    ref = sd.compute_features(target, ds, (2,), 4, progress=False)
+    assert torch.equal(got["offsets"], ref["offsets"])
+    o = got["offsets"].tolist()
+    for i in range(len(ds)):
+        a, b = o[i], o[i + 1]
+        h, r = got["hidden.2"][a:b - 1], ref["hidden.2"][a:b - 1]  # the last token never ran
+        assert torch.allclose(h, r, rtol=1e-3, atol=1e-3 * float(r.abs().max()))
+        mask = got["topk_ids"][a:b, 0] >= 0
+        assert torch.equal(mask, ref["topk_ids"][a:b, 0] >= 0)
+        assert torch.allclose(got["topk_probs"][a:b], ref["topk_probs"][a:b], atol=1e-3)
+        # greedy answers: every answer token is the target's argmax where it was chosen
+        ids = torch.tensor(ds[i]["input_ids"])
+        pos = mask.nonzero()[:, 0]
+        assert torch.equal(got["topk_ids"][a:b][pos, 0].long(), ids[pos + 1])
+
+
+def test_reuse_split_and_frequencies(data):
+    target, out, ds = data
+    again, meta, reused = sd.load_or_generate(target, SETTINGS, out, progress=False)
+    assert reused and len(again) == len(ds)
+    assert not sd.matches(meta, target, sd.GenerationSettings(conversations=3))
+    tr, ho = sd.split(10, 0.2, seed=1)
+    assert sorted(tr + ho) == list(range(10)) and len(ho) == 2 and sd.split(10, 0.2, seed=1) == (tr, ho)
+    freq = sd.token_frequencies(ds, target.vocab_size)
+    assert int(freq.sum()) == sum(len(r["input_ids"]) - r["prompt_len"] for r in ds)
+
+
+@pytest.mark.parametrize("bad", [dict(conversations=0), dict(user_temperature=0.0), dict(max_answer_tokens=0),
+                                 dict(capture_layers=(99,)), dict(min_user_tokens=0)])
+def test_bad_settings(smol, tmp_path, bad):
+    with pytest.raises(UsageError) as e:
+        sd.generate(smol, sd.GenerationSettings(**bad), tmp_path, progress=False)
+    assert "\n" not in str(e.value)
+
+
+def test_load_of_an_empty_directory(tmp_path):
+    with pytest.raises(UsageError, match="no self-distillation dataset"):
+        sd.load(tmp_path)
