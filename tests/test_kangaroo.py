@@ -81,7 +81,7 @@ def _prompt(target, subtask):
     return target.chat_ids([{"role": "user", "content": q.turns[0]}])
 
 
-def test_greedy_identical_to_vanilla_every_subtask(smol):
+def test_greedy_identical_to_vanilla_every_subtask(smol, one_thread):
     grid = _grid()
     subtasks = sorted({g[0] for g in grid})
     assert len(subtasks) == 6
@@ -116,7 +116,7 @@ def test_greedy_identical_to_vanilla_every_subtask(smol):
         print("near-ties accepted:", ties)
 
 
-def test_greedy_full_head_and_draft_vocab_identical(smol):
+def test_greedy_full_head_and_draft_vocab_identical(smol, one_thread):
     if not kg.shipped_adapter_dir(smol, 2).is_dir():
         pytest.skip("no shipped adapter")
     prompt = _prompt(smol, "qa")
