@@ -6,9 +6,9 @@
 * ``hf-prompt-lookup``: ``generate(prompt_lookup_num_tokens=n)``, n-gram drafts copied from the
   prompt.
 
-Both go through ``methods.hf_generate.hf_decoder`` (one ``generate`` wrapper for every peer); like
-``hf-generate`` they bypass the engine, so their rounds are recorded one per token and their CR
-reads 1: only their wall time and their outputs (checked against vanilla) are comparable.
+Both go through ``methods.hf_generate.hf_decoder`` (one ``generate`` wrapper for every peer); they
+bypass the engine, and their rounds are counted from the model's own full-depth forwards, so CR
+and CTAR compare with ours. Their draft/verify split is not visible, only the round count.
 """
 
 from __future__ import annotations

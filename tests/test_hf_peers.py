@@ -36,6 +36,21 @@ def test_greedy_equals_vanilla(smol, two_prompts, vanilla, method, options, n_pr
     for (subtask, ids), ref in list(zip(two_prompts, vanilla))[:n_prompts]:
         out = m.generate(ids, Settings(max_new_tokens=NEW_TOKENS), 0)
         assert out.token_ids == ref, f"{method} {options} differs from vanilla on {subtask}"
+        # rounds are counted from the model's own full-depth forwards and must add up
+        assert sum(r.accepted + 1 for r in out.rounds) == len(out.token_ids)
+        assert all(r.accepted <= r.drafted for r in out.rounds)
+        assert len(out.rounds) <= len(out.token_ids)
+
+
+def test_hf_rounds_from_forward_calls():
+    """Hand-made (start, width) calls: plain decoding, drafts in the prefill, a long accept."""
+    from methods.hf_generate import rounds_from_forwards
+    # vanilla: prefill of 5 prompt tokens, then one token per forward; 3 tokens generated
+    assert rounds_from_forwards([(0, 5), (5, 1), (6, 1)], 5, 3) == [(0, 0), (0, 0), (0, 0)]
+    # prefill carries 3 candidates (all rejected), then 4 drafted with 3 accepted, then the end
+    calls = [(0, 8), (5, 5), (9, 1)]
+    assert rounds_from_forwards(calls, 5, 6) == [(3, 0), (4, 3), (0, 0)]
+    assert sum(a + 1 for _, a in rounds_from_forwards(calls, 5, 6)) == 6
 
 
 @pytest.mark.parametrize("method, opts, needle", [
