@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -91,64 +92,142 @@ class _Attn(nn.Module):
         self.o_proj = _Linear(n_heads * head_dim, hidden)
 
 
+class _MLP(nn.Module):
+    def __init__(self, hidden: int, inner: int) -> None:
+        super().__init__()
+        self.gate_proj = _Linear(hidden, inner)
+        self.up_proj = _Linear(hidden, inner)
+        self.down_proj = _Linear(inner, hidden)
+
+
 class _Layer(nn.Module):
-    def __init__(self, hidden: int, n_heads: int, n_kv: int, head_dim: int) -> None:
+    def __init__(self, hidden: int, n_heads: int, n_kv: int, head_dim: int, ffn_dim: int = 0) -> None:
         super().__init__()
         self.self_attn = _Attn(hidden, n_heads, n_kv, head_dim)
         self.input_layernorm = _Norm(hidden)
+        if ffn_dim:  # Table 2 ablation only: the paper's adapter has no feed-forward block
+            self.mlp = _MLP(hidden, ffn_dim)
+            self.post_attention_layernorm = _Norm(hidden)
+
+
+@dataclass
+class AdapterWeights:
+    """Fused tensors for one inference pass (training passes ``None`` and fuses per step)."""
+
+    attn: AttentionWeights
+    mlp: tuple[torch.Tensor, torch.Tensor] | None
 
 
 class Adapter(nn.Module):
-    """RMSNorm -> attention (target layout) -> residual -> RMSNorm; runs through target.attention."""
+    """RMSNorm -> attention (target layout) -> residual -> RMSNorm; runs through target.attention.
 
-    def __init__(self, hidden: int, n_heads: int, n_kv: int, head_dim: int, eps: float) -> None:
+    Two ablation variants (paper Table 2), both off in the method as published: ``ffn_dim`` adds
+    a SwiGLU feed-forward block after the attention (through ``target.mlp``), ``head_rows`` gives
+    the adapter its own LM head over the draft vocabulary instead of sharing the target's.
+    """
+
+    def __init__(self, hidden: int, n_heads: int, n_kv: int, head_dim: int, eps: float,
+                 ffn_dim: int = 0, head_rows: int = 0) -> None:
         super().__init__()
-        self.layers = nn.ModuleList([_Layer(hidden, n_heads, n_kv, head_dim)])
+        self.layers = nn.ModuleList([_Layer(hidden, n_heads, n_kv, head_dim, ffn_dim)])
         self.norm = _Norm(hidden)
+        if head_rows:
+            self.lm_head = _Linear(hidden, head_rows)
         self.eps = eps
 
-    @classmethod
-    def for_target(cls, target: TargetModel, seed: int = 0, std: float = 0.02) -> "Adapter":
-        a = cls(target.hidden_size, target.n_heads, target.n_kv_heads, target.head_dim, target.eps)
-        g = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            attn = a.layers[0].self_attn
-            for lin in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj):
-                lin.weight.copy_(torch.randn(lin.weight.shape, generator=g) * std)
-        return a.to(device=target.device, dtype=target.dtype)
+    @property
+    def ffn(self) -> bool:
+        return hasattr(self.layers[0], "mlp")
+
+    @property
+    def own_head_rows(self) -> int:
+        return self.lm_head.weight.shape[0] if hasattr(self, "lm_head") else 0
 
     @classmethod
-    def from_target_layer(cls, target: TargetModel, layer: int) -> "Adapter":
+    def _empty(cls, target: TargetModel, ffn: bool, head_rows: int) -> "Adapter":
+        inner = getattr(target.config, "intermediate_size", 4 * target.hidden_size) if ffn else 0
+        return cls(target.hidden_size, target.n_heads, target.n_kv_heads, target.head_dim, target.eps, inner, head_rows)
+
+    @classmethod
+    def for_target(cls, target: TargetModel, seed: int = 0, std: float = 0.02, ffn: bool = False,
+                   head_rows: torch.Tensor | None = None) -> "Adapter":
+        """A random block with unit norms (an own head, if asked, starts from the target's rows)."""
+        a = cls._empty(target, ffn, cls._n_rows(target, head_rows))
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, p in a.named_parameters():
+                if name.endswith("proj.weight"):
+                    p.copy_(torch.randn(p.shape, generator=g) * std)
+            cls._init_head(a, target, head_rows)
+        return a.to(device=target.device, dtype=target.dtype)
+
+    @staticmethod
+    def _n_rows(target: TargetModel, head_rows: torch.Tensor | None) -> int:
+        return 0 if head_rows is None else (head_rows.numel() or target.vocab_size)
+
+    @staticmethod
+    def _init_head(a: "Adapter", target: TargetModel, head_rows: torch.Tensor | None) -> None:
+        if head_rows is not None:
+            src = target.head_weight if not head_rows.numel() else target.head_weight[head_rows.to(target.device)]
+            a.lm_head.weight.copy_(src)
+
+    @classmethod
+    def from_target_layer(cls, target: TargetModel, layer: int, ffn: bool = False,
+                          head_rows: torch.Tensor | None = None) -> "Adapter":
         """Start from the target itself: layer ``layer``'s attention and input norm, the final norm.
 
         Untrained, this drafter is then the target's own next attention block followed by its
         final norm and head: a better starting point than a random block (which is a raw early
-        exit through a unit norm)."""
-        if target.layers_w[layer].attn.bqkv is not None:
-            return cls.for_target(target)  # Qwen2 attention has biases the Kangaroo layout lacks
-        a = cls(target.hidden_size, target.n_heads, target.n_kv_heads, target.head_dim, target.eps)
+        exit through a unit norm). The FFN variant also copies that layer's feed-forward block; an
+        own head starts as a copy of the target's head (``head_rows``: its token ids, empty = all).
+        """
+        if target.layers_w[layer].attn.bqkv is not None:  # Qwen2 attention has biases the Kangaroo layout lacks
+            return cls.for_target(target, ffn=ffn, head_rows=head_rows)
+        a = cls._empty(target, ffn, cls._n_rows(target, head_rows))
         w = target.layers_w[layer]
         q, k, v = w.attn.wqkv.split([target.n_heads * target.head_dim, target.n_kv_heads * target.head_dim,
                                      target.n_kv_heads * target.head_dim])
         with torch.no_grad():
-            attn = a.layers[0].self_attn
+            L0 = a.layers[0]
+            attn = L0.self_attn
             for lin, src in ((attn.q_proj, q), (attn.k_proj, k), (attn.v_proj, v), (attn.o_proj, w.attn.wo)):
                 lin.weight.copy_(src)
-            a.layers[0].input_layernorm.weight.copy_(w.ln1)
+            L0.input_layernorm.weight.copy_(w.ln1)
+            if ffn:
+                gate, up = w.w_gate_up.chunk(2)
+                L0.mlp.gate_proj.weight.copy_(gate)
+                L0.mlp.up_proj.weight.copy_(up)
+                L0.mlp.down_proj.weight.copy_(w.w_down)
+                L0.post_attention_layernorm.weight.copy_(w.ln2)
             a.norm.weight.copy_(target.norm_weight)
+            cls._init_head(a, target, head_rows)
         return a.to(device=target.device, dtype=target.dtype)
 
-    def attention_weights(self) -> AttentionWeights:
+    def weights(self) -> AdapterWeights:
         a = self.layers[0].self_attn
-        return AttentionWeights(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), None, a.o_proj.weight)
+        attn = AttentionWeights(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), None, a.o_proj.weight)
+        mlp = None
+        if self.ffn:
+            m = self.layers[0].mlp
+            mlp = (torch.cat([m.gate_proj.weight, m.up_proj.weight]), m.down_proj.weight)
+        return AdapterWeights(attn, mlp)
 
     def forward(self, target: TargetModel, x: torch.Tensor, cache, start: int,
-                w: AttentionWeights | None = None) -> torch.Tensor:
+                w: AdapterWeights | None = None) -> torch.Tensor:
         """Adapter output (normed, ready for the LM head) for positions [start, start + len(x))."""
-        w = w or self.attention_weights()
-        ln1 = self.layers[0].input_layernorm.weight
-        h = x + target.attention(rms_norm(x, ln1, self.eps), w, cache, 0, start, target.rope(start, x.shape[0]))
+        w = w or self.weights()
+        L0 = self.layers[0]
+        h = x + target.attention(rms_norm(x, L0.input_layernorm.weight, self.eps), w.attn, cache, 0, start,
+                                 target.rope(start, x.shape[0]))
+        if w.mlp is not None:
+            h = h + target.mlp(rms_norm(h, L0.post_attention_layernorm.weight, self.eps), *w.mlp)
         return rms_norm(h, self.norm.weight, self.eps)
+
+    def logits(self, target: TargetModel, hn: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+        """Draft logits: the adapter's own head if it has one, else the target's shared head (rows)."""
+        if self.own_head_rows:
+            return torch.nn.functional.linear(hn, self.lm_head.weight)
+        return target.head(hn, rows)
 
     @property
     def n_parameters(self) -> int:
@@ -235,7 +314,12 @@ def load_adapter(path: str | Path, target: TargetModel, exit_layer: int) -> tupl
                          f"pass -o exit_layer={ours.get('exit_layer')} or train one for layer {exit_layer}")
     state = _read_state(weights)
     vocab = state.pop(VOCAB_KEY, None)
-    adapter = Adapter(hidden, n_heads, n_kv, head_dim, float(cfg.get("rms_norm_eps", target.eps)))
+    ffn_dim = state["layers.0.mlp.gate_proj.weight"].shape[0] if "layers.0.mlp.gate_proj.weight" in state else 0
+    head_rows = state["lm_head.weight"].shape[0] if "lm_head.weight" in state else 0
+    if head_rows and head_rows != target.vocab_size and (vocab is None or vocab.numel() < head_rows):
+        raise UsageError(f"adapter '{path}' has its own LM head over {head_rows} tokens but does not say which "
+                         f"({VOCAB_KEY} missing); its head must cover all {target.vocab_size} tokens")
+    adapter = Adapter(hidden, n_heads, n_kv, head_dim, float(cfg.get("rms_norm_eps", target.eps)), ffn_dim, head_rows)
     expected = adapter.state_dict()
     missing = [k for k in expected if k not in state]
     if missing:
@@ -265,7 +349,7 @@ class KangarooDrafter:
         self.eta = eta
         self.gamma = gamma
         self.rows = rows  # draft head rows (token ids), None = full head
-        self.w = adapter.attention_weights()
+        self.w = adapter.weights()
         self.cache = None
         self.pending: torch.Tensor | None = None  # layer-l states not yet in the adapter cache
         self.stats = {"rounds": 0, "drafted": 0, "adapter_rows": 0}
@@ -284,7 +368,12 @@ class KangarooDrafter:
     def _draft_logits(self, x: torch.Tensor, start: int) -> torch.Tensor:
         self.stats["adapter_rows"] += x.shape[0]
         hn = self.adapter(self.t, x, self.cache, start, self.w)
-        return self.t.head(hn[-1:], self.rows)[0].float()
+        return self.adapter.logits(self.t, hn[-1:], self.rows)[0].float()
+
+    def keep_drafting(self, state: DecodeState, i: int, token: int, confidence: float) -> bool:
+        """The first early exit: go on after draft ``i`` only while it was confident (> eta).
+        The oracle stop (methods/oracle.py) overrides this with the target's own answer."""
+        return confidence > self.eta
 
     def propose(self, state: DecodeState) -> Proposal:
         t, l, pos = self.t, self.exit_layer, state.pos
@@ -318,7 +407,7 @@ class KangarooDrafter:
             tokens.append(tok)
             h = t.layers(t.embed(torch.tensor([tok], device=t.device)), pos + 1 + i, 0, l, state.cache)
             hs.append(h)
-            if conf <= self.eta or i + 1 == budget:
+            if i + 1 == budget or not self.keep_drafting(state, i, tok, conf):
                 break
             x, start = h, pos + 1 + i
         hidden = torch.cat(hs)
@@ -364,8 +453,14 @@ def _resolve_adapter(target: TargetModel, opts: dict) -> tuple[Adapter, torch.Te
     return _LOADED[key]
 
 
-def _draft_rows(target: TargetModel, opts: dict, vocab: torch.Tensor | None, cfg: dict) -> torch.Tensor | None:
+def _draft_rows(target: TargetModel, opts: dict, vocab: torch.Tensor | None, cfg: dict,
+                own_head_rows: int = 0) -> torch.Tensor | None:
     n = opts["draft_vocab"]
+    if own_head_rows:  # the adapter's own head fixes the draft vocabulary
+        if n not in (-1, own_head_rows) and not (n == 0 and own_head_rows == target.vocab_size):
+            raise UsageError(f"option kangaroo.draft_vocab={n}: this adapter has its own LM head over "
+                             f"{own_head_rows} tokens; leave draft_vocab at -1")
+        return None if own_head_rows == target.vocab_size else vocab[:own_head_rows].contiguous()
     if n == -1:
         n = int((cfg.get("specharness") or {}).get("draft_vocab") or 0) if vocab is not None else 0
     if n == 0 or n >= target.vocab_size:
@@ -382,17 +477,18 @@ def _draft_rows(target: TargetModel, opts: dict, vocab: torch.Tensor | None, cfg
 _ROWS: dict[tuple, torch.Tensor] = {}
 
 
-def build(target: TargetModel, options: dict) -> KangarooDrafter:
+def build(target: TargetModel, options: dict, drafter_class: type = None) -> KangarooDrafter:
+    """A drafter for these options; ``drafter_class`` lets a variant (the oracle stop) reuse it all."""
     opts = resolve_options("kangaroo", OPTIONS, options)
     l = opts["exit_layer"]
     if not 1 <= l < target.n_layers:
         raise UsageError(f"option kangaroo.exit_layer={l} is outside [1, {target.n_layers - 1}] for "
                          f"'{target.name}' ({target.n_layers} layers)")
     adapter, vocab, cfg = _resolve_adapter(target, opts)
-    rows = _draft_rows(target, opts, vocab, cfg)
+    rows = _draft_rows(target, opts, vocab, cfg, adapter.own_head_rows)
     if rows is not None:  # keep one tensor per setting alive: target.head caches its gathered rows by it
         rows = _ROWS.setdefault((id(target), id(vocab), rows.numel()), rows)
-    return KangarooDrafter(target, adapter, l, opts["eta"], opts["gamma"], rows)
+    return (drafter_class or KangarooDrafter)(target, adapter, l, opts["eta"], opts["gamma"], rows)
 
 
 def extra_params(target: TargetModel, options: dict) -> int:
@@ -401,9 +497,15 @@ def extra_params(target: TargetModel, options: dict) -> int:
     return adapter.n_parameters
 
 
+def adapter_info(target: TargetModel, options: dict) -> dict:
+    """The adapter's layout for Table 2: feed-forward block or not, shared or own LM head."""
+    adapter, _, _ = _resolve_adapter(target, resolve_options("kangaroo", OPTIONS, options))
+    return {"ffn": adapter.ffn, "lm_head": f"own ({adapter.own_head_rows} rows)" if adapter.own_head_rows else "shared"}
+
+
 @hookimpl
 def specharness_drafters() -> list[DrafterSpec]:
-    return [DrafterSpec("kangaroo", build, OPTIONS, params=extra_params,
+    return [DrafterSpec("kangaroo", build, OPTIONS, params=extra_params, info=adapter_info,
                         help="double early exiting: shallow layers + trained adapter draft, deep layers verify")]
 
 

@@ -51,6 +51,10 @@ OPTIONS = [
     OptionSpec("gen_batch", "int", 32, "conversations generated per batch", min=1),
     OptionSpec("init", "str", "layer", "adapter start: 'layer' = the target's layer-l attention, input norm "
                "and final norm; 'random' = a random block with unit norms", choices=("layer", "random")),
+    OptionSpec("ffn", "bool", False, "ablation (paper Table 2): add a SwiGLU feed-forward block to the adapter, "
+               "initialised from the target's layer l"),
+    OptionSpec("head", "str", "shared", "ablation (paper Table 2): 'shared' = the target's LM head (the method); "
+               "'own' = a trained copy of its draft-vocabulary rows", choices=("shared", "own")),
     OptionSpec("seed", "int", 0, "seed for data sampling, split, and initialisation"),
     OptionSpec("data", "str", "", "self-distillation data directory (default: a shared cache directory "
                "named after the model and recipe; reused when it matches)"),
@@ -124,7 +128,7 @@ class _Batches:
 def _step_outputs(target, adapter, x, sel, rows):
     cache = target.new_cache(x.shape[0], n_layers=1)
     hn = adapter(target, x.to(target.dtype), cache, 0)
-    return target.head(hn[sel], rows).float()
+    return adapter.logits(target, hn[sel], rows).float()
 
 
 def _evaluate(target, adapter, batches, indices, rows) -> dict:
@@ -157,7 +161,8 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
     if options["draft_vocab"] >= target.vocab_size:
         raise UsageError(f"option kangaroo.draft_vocab={options['draft_vocab']} is not below the vocabulary "
                          f"({target.vocab_size}); use 0 for the full head")
-    out = Path(out_dir) if out_dir else cache_root() / "adapters" / "kangaroo" / f"{model_slug(target.name)}-l{l}"
+    variant = ("-ffn" if options["ffn"] else "") + ("-ownhead" if options["head"] == "own" else "")
+    out = Path(out_dir) if out_dir else cache_root() / "adapters" / "kangaroo" / f"{model_slug(target.name)}-l{l}{variant}"
     state_file = out / "train_state.pt"
     if resume and not state_file.is_file():
         raise UsageError(f"--resume: no checkpoint in '{out}' (train_state.pt); run without --resume first")
@@ -182,8 +187,11 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
 
     # 2. model, optimizer, schedule
     torch.manual_seed(options["seed"])
-    adapter = (Adapter.from_target_layer(target, l) if options["init"] == "layer"
-               else Adapter.for_target(target, seed=options["seed"]))
+    own = None
+    if options["head"] == "own":  # its rows: the draft vocabulary (empty = every token)
+        own = rows.cpu() if rows is not None else torch.empty(0, dtype=torch.long)
+    adapter = (Adapter.from_target_layer(target, l, ffn=options["ffn"], head_rows=own) if options["init"] == "layer"
+               else Adapter.for_target(target, seed=options["seed"], ffn=options["ffn"], head_rows=own))
     adapter = adapter.float() if target.dtype != torch.float32 else adapter
     params = [p for p in adapter.parameters()]
     opt = torch.optim.AdamW(params, lr=options["lr"], weight_decay=options["weight_decay"], betas=(0.9, 0.95))
@@ -280,7 +288,7 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
         "data_wall_s_this_invocation": t_data,
         "peak_rss_gb": _peak_rss_gb(),
     }
-    cfg = adapter_config(target, l, n_v, {"epochs": options["epochs"],
+    cfg = adapter_config(target, l, n_v, {"epochs": options["epochs"], "ffn": options["ffn"], "head": options["head"],
                                           "held_out_top1_agreement": final["top1_agreement"]})
     save_adapter(adapter.to(target.dtype), out, cfg, order)
     load_adapter(out, target, l)  # what we ship must load through the drafter's own loader

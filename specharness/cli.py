@@ -44,7 +44,7 @@ def _decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0, help="base seed; each question derives its own (default: %(default)s)")
     g.add_argument("--verifier", default=None,
                    help="acceptance rule (default: greedy at temperature 0, speculative-sampling above)")
-    g.add_argument("--repeats", type=int, default=1, help="timed runs per question and method; the median is kept (default: %(default)s)")
+    g.add_argument("--repeats", type=int, default=3, help="timed runs per question and method; the median is kept (default: %(default)s)")
     g.add_argument("--warmup", type=int, default=1, help="untimed warm-up runs before the first question (default: %(default)s)")
     g.add_argument("--resume", action="store_true", help="continue an existing result file, skipping finished questions")
     g.add_argument("--overwrite", action="store_true", help="replace an existing result file")
@@ -181,7 +181,7 @@ def cmd_run(args, methods_arg: list[str]) -> int:
                           threads=threads, method=m.name, label=m.label, options=m.options, verifier=m.verifier,
                           max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
                           seed=settings.seed, repeats=settings.repeats, warmup=settings.warmup,
-                          question_file=str(qfile), extra_params=m.extra_params,
+                          question_file=str(qfile), extra_params=m.extra_params, drafter_info=m.info,
                           target_params=target.n_parameters, target_layers=target.n_layers,
                           compared_with=methods_arg)
         writers[m.label] = ResultWriter(paths[m.label], meta, resume=args.resume, overwrite=args.overwrite)

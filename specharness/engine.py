@@ -70,6 +70,10 @@ class Drafter(Protocol):
     def commit(self, state: DecodeState, accepted: int) -> None:
         """Called after the cache was cut back to the accepted length."""
 
+    # optional: seconds of ``begin`` that are no cost of the method (an oracle's look-ahead); the
+    # engine leaves them out of the prefill round and of the wall time
+    untimed_s: float
+
 
 Accept = Callable[[torch.Tensor, list[int], torch.Tensor | None, float, torch.Generator | None], object]
 Observer = Callable[[Round], None]
@@ -99,8 +103,9 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
     state.ids.append(acc.next_token)
     state.last_hidden = hn[0]
     drafter.begin(state, h_exit)
+    untimed = getattr(drafter, "untimed_s", 0.0)
     t_done = perf_counter()
-    rounds.append(Round(0, 0, 0.0, t_verified - started, t_done - t_verified))
+    rounds.append(Round(0, 0, 0.0, t_verified - started, t_done - t_verified - untimed))
     if on_round:
         on_round(rounds[-1])
 
@@ -137,4 +142,4 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
         if on_round:
             on_round(rounds[-1])
     out = state.ids[n_prompt:n_prompt + max_new_tokens]
-    return Generation(out, rounds, perf_counter() - started, stop)
+    return Generation(out, rounds, perf_counter() - started - untimed, stop)

@@ -31,6 +31,7 @@ class DrafterSpec:
     options: list[OptionSpec] = field(default_factory=list)
     help: str = ""
     params: Callable[..., int] | None = None  # extra parameters the drafter adds, if any
+    info: Callable[..., dict] | None = None  # what variant it is (e.g. adapter layout), kept in headers
 
 
 @dataclass(frozen=True)

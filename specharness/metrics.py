@@ -182,3 +182,61 @@ def break_even_acceptance(records: Iterable[dict], vanilla: Iterable[dict], full
         return tb["draft_s_per_token"] / c_v
     k = tb["drafted"] / tb["rounds"]
     return (tb["round_s"] / c_v - 1) / k
+
+
+def _prefill_s(rec: dict) -> float:
+    """Seconds of the prefill rounds (one per turn) of a question."""
+    return sum(turn[k][0] for turn in _choice(rec)["rounds"] for k in ("draft_s", "verify_s", "accept_s")
+               if turn.get(k))
+
+
+def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares (intercept, slope); with one distinct x the line goes through the origin."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return 0.0, (my / mx if mx else 0.0)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return my - slope * mx, slope
+
+
+def cost_model(records: Iterable[dict], vanilla: Iterable[dict]) -> dict:
+    """What the per-step costs and the measured acceptance predict, beside the measured speedup.
+
+    Costs fitted over the method's verification rounds: draft seconds = a + b k (b = one draft
+    step, a = per-round fixed cost: the shallow pass of the current token), verify seconds =
+    g + h (k + 1) (one forward of the deep layers over k + 1 positions), plus the mean
+    bookkeeping (accept) seconds c; a vanilla decoding step costs t_v (its mean round). Predicted
+    time of a question = its measured prefill + sum over its rounds of (a + b k + g + h (k+1) + c);
+    vanilla's = its prefill + (tokens - 1) t_v. The predicted speedup is the ratio of their sums
+    over the questions both ran; the gap = measured / predicted - 1 is time the model does not
+    explain (Python overhead between rounds, machine drift between the two runs).
+    """
+    records, vanilla = list(records), list(vanilla)
+    nan = float("nan")
+    v = {r["question_id"]: r for r in vanilla}
+    shared = [r for r in records if r["question_id"] in v]
+    rt = [x for r in shared for x in _round_times(r)]
+    vt = [x for r in vanilla for x in _round_times(r)]
+    if not rt or not vt or not any(x[0] for x in rt) or not any(x[2] for x in rt):
+        return {}
+    a, b = _line([x[0] for x in rt], [x[2] for x in rt])
+    g, h = _line([x[0] + 1 for x in rt], [x[3] for x in rt])
+    c = sum(x[4] for x in rt) / len(rt)
+    t_v = sum(x[2] + x[3] + x[4] for x in vt) / len(vt)
+    by_k: dict[int, list[float]] = {}
+    for x in rt:
+        by_k.setdefault(x[0], []).append(x[3])
+    pred_m = sum(_prefill_s(r) + sum(a + b * k + g + h * (k + 1) + c for k, *_ in _round_times(r)) for r in shared)
+    pred_v = sum(_prefill_s(v[r["question_id"]]) + (tokens(v[r["question_id"]]) - 1) * t_v for r in shared)
+    measured = speedup(shared, vanilla)
+    predicted = pred_v / pred_m if pred_m > 0 else nan
+    return {
+        "draft_fixed_s": a, "draft_step_s": b, "verify_fixed_s": g, "verify_per_position_s": h,
+        "bookkeeping_s": c, "vanilla_step_s": t_v,
+        "verify_s_by_drafted": {k: (sum(ts) / len(ts), len(ts)) for k, ts in sorted(by_k.items())},
+        "draft_step_over_vanilla": b / t_v if t_v else nan,
+        "predicted_speedup": predicted, "measured_speedup": measured,
+        "gap": measured / predicted - 1 if predicted and predicted == predicted else nan,
+    }

@@ -298,6 +298,17 @@ def latex_table(header: list[str], rows: list[list[str]], caption: str, label: s
     return "\n".join(out) + "\n"
 
 
+def _params(r: Run) -> str:
+    """Parameters the method adds to the target (and their share of it), from the run header."""
+    extra, tp = r.meta.get("extra_params"), r.meta.get("target_params")
+    if not isinstance(extra, (int, float)):
+        return "-"
+    if not extra:
+        return "0"
+    share = f" ({100 * extra / tp:.2f}%)" if tp else ""
+    return f"{extra / 1e6:.2f}M{share}"
+
+
 def _sp(c: Cell) -> str:
     s = "1.00×" if c.speedup.method == "baseline" else c.speedup.fmt(2, "×")
     return s + ("†" if c.unstable else "")
@@ -322,6 +333,16 @@ class Report:
         self.notes.append(text)
         print(f"note: {text}")
 
+    def publish(self, name: str, title: str, caption: str, header: list[str], rows: list[list[str]],
+                data: dict | None = None) -> None:
+        """One table as Markdown (also a report section) and LaTeX; its numbers under ``data``."""
+        md = f"**{title}** {caption}\n\n" + markdown_table(header, rows)
+        self.write(f"{name}.md", md)
+        self.write(f"{name}.tex", latex_table(header, rows, caption, f"tab:{name}"))
+        self.sections.append(md)
+        if data is not None:
+            self.data[name] = data
+
     def write(self, name: str, text: str) -> None:
         (self.out / name).write_text(text)
         self.made.append(name)
@@ -338,16 +359,16 @@ class Report:
                 continue
             if not any(r.baseline is not None for r in runs if not r.is_vanilla):
                 self.note(f"Table 1 (T={t:g}): no vanilla file matches; speedups are blank")
-            header = ["Method"]
-            group = [("", 1)]
+            header = ["Method", "Extra params"]
+            group = [("", 1), ("", 1)]
             for s in subs + ["Avg."]:
                 header += ["Speedup [95% CI]", "CR"]
                 group.append((SUBTASK_TITLES.get(s, s), 2))
             rows, data = [], {}
             unstable = False
             for r in runs:
-                row = [r.short]
-                data[r.label] = {}
+                row = [r.short, _params(r)]
+                data[r.label] = {"extra_params": r.meta.get("extra_params")}
                 for s in subs + ["overall"]:
                     c = cell(r, s)
                     unstable |= bool(c.unstable)
@@ -369,7 +390,7 @@ class Report:
                             "(coefficient of variation), in this method or its vanilla baseline.")
             suffix = "" if t == 0 else f"_temp{t:g}"
             md = f"**Table 1{'' if t == 0 else f' (T={t:g})'}.** {caption}\n\n" + markdown_table(
-                ["Method"] + [f"{SUBTASK_TITLES.get(s, s)} {h}" for s in subs + ['Avg.'] for h in ("speedup", "CR")],
+                ["Method", "Extra params"] + [f"{SUBTASK_TITLES.get(s, s)} {h}" for s in subs + ['Avg.'] for h in ("speedup", "CR")],
                 rows)
             self.write(f"table1{suffix}.md", md)
             self.write(f"table1{suffix}.tex", latex_table(header, rows, caption, f"tab:speedup{suffix}", group))
@@ -440,11 +461,7 @@ class Report:
         caption = ("Per subtask and overall ('All': tokens/s, CTAR and draft length pool every question; speedup "
                    "and CR are means over subtasks, as in Table 1): throughput, speedup and CR with 95% bootstrap intervals, mean draft length, "
                    "CTAR(w) for w = 1..γ, and questions whose timed repeats varied by more than 10%.")
-        md = f"**Detail.** {caption}\n\n" + markdown_table(header, rows)
-        self.write("detail.md", md)
-        self.write("detail.tex", latex_table(header, rows, caption, "tab:detail"))
-        self.sections.append(md)
-        self.data["detail"] = data
+        self.publish("detail", "Detail.", caption, header, rows, data)
 
     # ---- acceptance and cost ---------------------------------------------------------------------
     def acceptance_table(self) -> None:
@@ -480,11 +497,38 @@ class Report:
                    "accepting >= w drafts; acceptance by position = P(draft i accepted | drafts before it "
                    "accepted); a drafted token pays only if accepted at least at the break-even rate "
                    "(draft: draft cost per token / vanilla step; full: every extra second of a round counted).")
-        md = f"**Acceptance and cost.** {caption}\n\n" + markdown_table(header, rows)
-        self.write("acceptance.md", md)
-        self.write("acceptance.tex", latex_table(header, rows, caption, "tab:acceptance"))
-        self.sections.append(md)
-        self.data["acceptance"] = data
+        self.publish("acceptance", "Acceptance and cost.", caption, header, rows, data)
+
+    # ---- cost model ------------------------------------------------------------------------------
+    def cost_model_table(self) -> None:
+        """Every file whose rounds were timed by the engine: the cost model's speedup beside the measured."""
+        rows, data = [], {}
+        for r in sorted(self.runs, key=lambda r: (r.short, r.label)):
+            if r.is_vanilla or r.baseline is None:
+                continue
+            cm = metrics.cost_model(r.records, r.baseline.records)
+            if not cm:
+                continue
+            ms = lambda x: f"{1e3 * x:.2f}"  # noqa: E731
+            by_k = cm["verify_s_by_drafted"]
+            verify = " ".join(f"{k}:{ms(t)}" for k, (t, _) in by_k.items() if k in (1, 2, 3, 4, 6, 8)) or "-"
+            gap = cm["gap"]
+            rows.append([r.label, ms(cm["draft_step_s"]), ms(cm["draft_fixed_s"]), verify, ms(cm["bookkeeping_s"]),
+                         ms(cm["vanilla_step_s"]), f"{cm['draft_step_over_vanilla']:.3f}",
+                         f"{metrics.compression_rate(r.records):.2f}", f"{cm['predicted_speedup']:.3f}×",
+                         f"{cm['measured_speedup']:.3f}×", f"{100 * gap:+.1f}%" + (" ‡" if abs(gap) > 0.10 else "")])
+            data[r.label] = cm
+        if not rows:
+            self.note("cost-model table skipped: no engine-timed run with a vanilla baseline")
+            return
+        header = ["File", "Draft ms/step", "Draft ms/round (fixed)", "Verify ms by drafted k", "Bookkeeping ms/round",
+                  "Vanilla ms/step", "Draft step / vanilla step", "CR", "Predicted speedup", "Measured speedup",
+                  "Measured vs predicted"]
+        caption = ("Cost model: per-round costs fitted over each file's rounds (draft = fixed + k × step; verify "
+                   "= one deep forward over k + 1 positions, mean ms shown by k; bookkeeping = accept) and its own "
+                   "rounds' draft lengths predict its time; vanilla = prefill + one step per token. ‡ measured "
+                   "differs from predicted by more than 10%: unexplained overhead or drift.")
+        self.publish("cost_model", "Cost model.", caption, header, rows, data)
 
     # ---- Table 2 ---------------------------------------------------------------------------------
     def _anchor(self, group: list[Run]) -> dict:
@@ -539,10 +583,7 @@ class Report:
         caption = ("Ablation: variants of one method that differ in options other than the sweep options, "
                    "with exit layer, eta and gamma held at the main run's values. Speedup and CR are "
                    "averages over subtasks; acceptance rate = accepted / drafted tokens.")
-        md = f"**Table 2.** {caption}\n\n" + markdown_table(header, rows)
-        self.write("table2.md", md)
-        self.write("table2.tex", latex_table(header, rows, caption, "tab:ablation"))
-        self.sections.append(md)
+        self.publish("table2", "Table 2.", caption, header, rows)
 
     # ---- figures ------------------------------------------------------------------------------------
     def _save(self, fig, name: str) -> None:
@@ -760,10 +801,7 @@ class Report:
                   "η=0.6 file", "η=0.6 speedup", "η=0.6 CR", "η=0.6 draft len."]
         caption = ("Oracle stop (drafting stops exactly where the target first disagrees; an upper bound on "
                    "any confidence stop) beside the confidence stop at η = 0.6, averages over subtasks.")
-        md = f"**Oracle vs η = 0.6.** {caption}\n\n" + markdown_table(header, rows)
-        self.write("oracle_vs_eta.md", md)
-        self.write("oracle_vs_eta.tex", latex_table(header, rows, caption, "tab:oracle"))
-        self.sections.append(md)
+        self.publish("oracle_vs_eta", "Oracle vs η = 0.6.", caption, header, rows)
 
     def _best_eta_table(self, sweeps: dict[str, list[Run]]) -> None:
         if not sweeps:
@@ -791,16 +829,14 @@ class Report:
         header = ["Method", "γ", "Subtask", "Best η", "Speedup at best η", "Speedup at η=0.6",
                   "Best beats 0.6 (CIs disjoint)"]
         caption = "Best confidence threshold η per subtask (highest speedup among the η values run)."
-        md = f"**Best η per subtask.** {caption}\n\n" + markdown_table(header, rows)
-        self.write("best_eta.md", md)
-        self.write("best_eta.tex", latex_table(header, rows, caption, "tab:besteta"))
-        self.sections.append(md)
+        self.publish("best_eta", "Best η per subtask.", caption, header, rows)
 
     # ---- all ------------------------------------------------------------------------------------
     def build(self) -> None:
         import matplotlib
         matplotlib.use("Agg")
-        for step in (self.table1, self.detail_table, self.paired_tests, self.acceptance_table, self.table2, self.fig1a, self.fig1b,
+        for step in (self.table1, self.detail_table, self.paired_tests, self.acceptance_table, self.cost_model_table,
+                     self.table2, self.fig1a, self.fig1b,
                      self.fig3a, self.fig3b):
             step()
         inputs = "\n".join(f"- `{r.path}`: {r.label}, {len(r.records)} questions"

@@ -43,6 +43,7 @@ class Method:
     extra_params: int = 0
     changed: dict = field(default_factory=dict)  # options that differ from their defaults
     label: str = ""  # how compare names this variant (e.g. "kangaroo:eta=0.4"); defaults to name
+    info: dict = field(default_factory=dict)  # the drafter's own description (DrafterSpec.info)
 
     def __post_init__(self) -> None:
         self.label = self.label or self.name
@@ -91,7 +92,8 @@ def build_method(registry: Registry, name: str, raw_options: list[str] | dict, t
                         seed, on_round)
 
     extra = spec.params(target, options) if spec.params else 0
-    return Method(name, options, vname, run, extra, changed)
+    info = spec.info(target, options) if spec.info else {}
+    return Method(name, options, vname, run, extra, changed, info=info)
 
 
 def question_seed(seed: int, question_id) -> int:

@@ -265,9 +265,15 @@ class TargetModel:
         for i in range(a, b):
             w = self.layers_w[i]
             h = h + self.attention(rms_norm(h, w.ln1, self.eps), w.attn, cache, i, start, rope, mask)
-            gate, up = F.linear(rms_norm(h, w.ln2, self.eps), w.w_gate_up).chunk(2, dim=-1)
-            h = h + F.linear(F.silu(gate) * up, w.w_down)
+            h = h + self.mlp(rms_norm(h, w.ln2, self.eps), w.w_gate_up, w.w_down)
         return h
+
+    @staticmethod
+    def mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
+        """The SwiGLU feed-forward block (public, like ``attention``: an adapter variant with an FFN
+        runs through this same code with its own weights)."""
+        gate, up = F.linear(x, w_gate_up).chunk(2, dim=-1)
+        return F.linear(F.silu(gate) * up, w_down)
 
     def norm(self, h: torch.Tensor) -> torch.Tensor:
         return rms_norm(h, self.norm_weight, self.eps)

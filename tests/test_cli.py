@@ -12,7 +12,7 @@ from specharness.cli import main
 from specharness.results import meta_path, read_results
 
 ROOT = Path(__file__).resolve().parents[1]
-QUICK = ["--subtasks", "qa", "--max-new-tokens", "6", "--warmup", "0"]
+QUICK = ["--subtasks", "qa", "--max-new-tokens", "6", "--warmup", "0", "--repeats", "1"]
 
 
 def plugin_example(tmp_path: Path) -> Path:
@@ -118,7 +118,7 @@ def test_ctrl_c_keeps_finished_questions_and_resume_continues(capsys, tmp_path):
 
 def test_readme_plugin_runs_end_to_end_and_is_lossless(capsys, tmp_path):
     plugin = plugin_example(tmp_path)
-    argv = ["--subtasks", "summarization", "--limit", "1", "--max-new-tokens", "24", "--warmup", "0"]
+    argv = ["--subtasks", "summarization", "--limit", "1", "--max-new-tokens", "24", "--warmup", "0", "--repeats", "1"]
     assert main(["run", "--plugin", str(plugin), "--method", "prompt-lookup", "--out",
                  str(tmp_path / "pl.jsonl"), *argv]) == 0
     assert main(["run", "--out", str(tmp_path / "v.jsonl"), *argv]) == 0
@@ -145,8 +145,8 @@ def test_ci_runs_the_readme_test_command():
 def test_compare_runs_variants_interleaved_into_one_file_each(capsys, tmp_path):
     plugin = plugin_example(tmp_path)
     assert main(["compare", "--plugin", str(plugin), "--methods", "vanilla,prompt-lookup,prompt-lookup:ngram=2",
-                 "-o", "prompt-lookup.k=3", "--limit", "1", "--out-dir", str(tmp_path / "cmp"), "--repeats", "2",
-                 *QUICK]) == 0
+                 "-o", "prompt-lookup.k=3", "--limit", "1", "--out-dir", str(tmp_path / "cmp"),
+                 *QUICK, "--repeats", "2"]) == 0
     files = sorted(p.name for p in (tmp_path / "cmp").glob("*.jsonl"))
     assert files == ["prompt-lookup-k=3-float32-temp0-n6.jsonl", "prompt-lookup-ngram=2-float32-temp0-n6.jsonl",
                      "vanilla-float32-temp0-n6.jsonl"]
