@@ -397,6 +397,33 @@ class Report:
             self.sections.append(md)
             self.data[f"table1{suffix}"] = data
 
+    # ---- greedy identity ---------------------------------------------------------------------------
+    def identity_table(self) -> None:
+        """Greedy files against their vanilla baseline, turn by turn: lossless is checked, not assumed."""
+        rows, data = [], {}
+        for r in sorted(self.runs, key=lambda r: r.label):
+            if r.is_vanilla or r.baseline is None or r.temperature != 0:
+                continue
+            base = {q["question_id"]: q["choices"][0]["token_ids"] for q in r.baseline.records}
+            turns, first = 0, None
+            for q in r.records:
+                for t, (a, b) in enumerate(zip(q["choices"][0]["token_ids"], base.get(q["question_id"], []))):
+                    turns += 1
+                    if a != b and first is None:
+                        j = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                        first = f"question {q['question_id']} turn {t + 1} token {j}"
+            differ = sum(1 for q in r.records
+                         for a, b in zip(q["choices"][0]["token_ids"], base.get(q["question_id"], [])) if a != b)
+            rows.append([r.label, str(turns), str(turns - differ), first or "-"])
+            data[r.label] = {"turns": turns, "identical": turns - differ, "first_difference": first}
+        if not rows:
+            self.note("greedy identity table skipped: no greedy file with a vanilla baseline")
+            return
+        caption = ("Greedy outputs against vanilla's on the same questions, turn by turn (token ids). A "
+                   "difference is a bug unless `specharness lossless` shows a float near-tie at that token.")
+        self.publish("identity", "Greedy identity.", caption, ["File", "Turns", "Identical", "First difference"],
+                     rows, data)
+
     # ---- paired tests ------------------------------------------------------------------------------
     def paired_tests(self) -> None:
         rows = []
@@ -483,6 +510,8 @@ class Report:
             ctar = metrics.ctar_curve(r.records, width)
             by_pos = metrics.acceptance_by_position(r.records, width)
             be = metrics.break_even_acceptance(r.records, base) if base else float("nan")
+            if not tb["draft_s"]:  # a decoder that times only whole rounds (transformers' peers)
+                be = tb["draft_s_per_token"] = float("nan")
             be_full = metrics.break_even_acceptance(r.records, base, full=True) if base else float("nan")
 
             def f(x, scale=1.0, d=3):
@@ -835,7 +864,7 @@ class Report:
     def build(self) -> None:
         import matplotlib
         matplotlib.use("Agg")
-        for step in (self.table1, self.detail_table, self.paired_tests, self.acceptance_table, self.cost_model_table,
+        for step in (self.table1, self.detail_table, self.identity_table, self.paired_tests, self.acceptance_table, self.cost_model_table,
                      self.table2, self.fig1a, self.fig1b,
                      self.fig3a, self.fig3b):
             step()

@@ -61,7 +61,7 @@ def write_run(path: Path, method: str, options: dict, questions: list[tuple], ga
                 times = [total * rng.lognormvariate(0, noise) for _ in range(repeats)]
                 if qid in unstable_ids and repeats > 1:  # one repeat hit by a background process
                     times[-1] *= 1.6
-                ids = [trng.randrange(100) for _ in range(tokens)]
+                ids = [random.Random(f"{qid}-{t}-{i}").randrange(100) for i in range(tokens)]  # every method: vanilla's tokens
                 res.generations.append(Generation(ids, rounds, sorted(times)[len(times) // 2], "length"))
                 res.turns.append(" ".join(map(str, ids)))
                 res.truncated.append(False)

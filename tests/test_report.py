@@ -11,7 +11,7 @@ from specharness import metrics, stats
 from specharness.results import read_results
 
 EVERYTHING = ["table1.md", "table1.tex", "detail.md", "detail.tex", "acceptance.md", "acceptance.tex", "table2.md", "table2.tex",
-              "cost_model.md", "cost_model.tex",
+              "cost_model.md", "cost_model.tex", "identity.md", "identity.tex",
               "paired_tests.md", "oracle_vs_eta.md",
               "oracle_vs_eta.tex", "best_eta.md", "best_eta.tex", "report.md", "report.json"] + [
     f"{name}.{ext}" for name in ("fig1a_ctar", "fig1b_speedup", "fig3a_exit_layer", "fig3b_eta")
@@ -170,3 +170,20 @@ def test_end_of_run_summary_shows_intervals_and_unstable_flags(tmp_path, capsys)
     print_summary([van, m])
     out = capsys.readouterr().out
     assert "UNSTABLE 1/2" in out and "its vanilla 1/2" in out and over["speedup_ci"].fmt(3, "x") in out
+
+
+def test_identity_table_flags_a_changed_token(tmp_path):
+    d = tmp_path / "runs"
+    files = write_fixture(d, per_subtask=1)
+    path = files["early_exit"]
+    lines = path.read_text().splitlines()
+    rec = json.loads(lines[0])
+    rec["choices"][0]["token_ids"][0][2] += 1  # one wrong token in the first turn of one question
+    path.write_text("\n".join([json.dumps(rec), *lines[1:]]) + "\n")
+    assert run_report([str(d), "--out", str(tmp_path / "out")]) == 0
+    data = json.loads((tmp_path / "out" / "report.json").read_text())["identity"]
+    ee = data[next(k for k in data if k.startswith("early_exit"))]
+    assert ee["identical"] == ee["turns"] - 1
+    assert ee["first_difference"] == f"question {rec['question_id']} turn 1 token 2"
+    kg = [v for k, v in data.items() if k.startswith("kangaroo (")]
+    assert kg and all(v["identical"] == v["turns"] for v in kg)
