@@ -138,7 +138,7 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
         state.last_hidden = hn[n]
         drafter.commit(state, n)
         t3 = perf_counter()
-        rounds.append(Round(k, n, t1 - t0, t2 - t1, t3 - t2))
+        rounds.append(Round(k, min(n, len(new)), t1 - t0, t2 - t1, t3 - t2))  # drafts kept, not past an eos
         if on_round:
             on_round(rounds[-1])
     out = state.ids[n_prompt:n_prompt + max_new_tokens]

@@ -21,12 +21,32 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import UsageError
-from .records import QuestionResult
+from .records import Generation, QuestionResult
 
 FORMAT = "specharness-result/1"
 # settings that must match for a resumed file or a vanilla baseline to be comparable
-IDENTITY = ("model", "dtype", "device", "method", "options", "verifier", "max_new_tokens", "temperature", "seed")
+IDENTITY = ("model", "dtype", "device", "threads", "method", "options", "verifier", "max_new_tokens", "temperature",
+            "seed")
 BASELINE_IDENTITY = ("model", "dtype", "device", "max_new_tokens", "temperature")
+# what a vanilla file found beside a run must share with it to serve as that run's baseline
+RUN_BASELINE_IDENTITY = (*BASELINE_IDENTITY, "seed", "threads", "questions_sha256")
+
+
+def same_baseline(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether vanilla results in header ``a`` can stand for a vanilla run with header ``b``."""
+    return all(a.get(k) == b.get(k) for k in RUN_BASELINE_IDENTITY)
+
+
+def check_writable(path: Path) -> None:
+    """Fail now, in one line, if results cannot be written at ``path`` (before hours of work)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe = path.with_name(f".{path.name}.probe")
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"cannot write results to '{path}' ({exc.strerror or exc}); choose a writable "
+                         "--out / --out-dir") from None
 
 
 def meta_path(path: Path) -> Path:
@@ -68,7 +88,7 @@ def provenance(**fields: Any) -> dict[str, Any]:
 def question_record(result: QuestionResult, meta: dict[str, Any]) -> dict[str, Any]:
     """A Spec-Bench answer line, plus token ids, per-round counts, timings and the seed."""
     gens = result.generations
-    accept_lengths = [r.accepted + 1 for g in gens for r in g.rounds]
+    accept_lengths = [n for g in gens for n in tokens_per_round(g)]
     return {
         "question_id": result.question_id,
         "category": result.category,
@@ -98,6 +118,15 @@ def question_record(result: QuestionResult, meta: dict[str, Any]) -> dict[str, A
         "seed": result.seed,
         "tstamp": time.time(),
     }
+
+
+def tokens_per_round(g: Generation) -> list[int]:
+    """Tokens each target forward added: its kept drafts plus the target's own token, except in a
+    last round whose kept drafts end with an eos (nothing after an eos is kept)."""
+    out = [r.accepted + 1 for r in g.rounds]
+    if out and sum(out) == len(g.token_ids) + 1 and g.stop == "eos":
+        out[-1] -= 1
+    return out
 
 
 def _read_lines(path: Path) -> tuple[list[dict], int]:
@@ -155,7 +184,7 @@ class ResultWriter:
         self.path = Path(path)
         self.meta = meta
         self.done: set = set()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        check_writable(self.path)
         if self.path.exists() and not overwrite:
             if not resume:
                 raise UsageError(f"{self.path} already exists; add --resume to continue it, --overwrite "

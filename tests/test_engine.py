@@ -51,3 +51,44 @@ def test_eos_stops_generation():
     target.eos_ids = frozenset({free[3]})
     stopped = generate(target, NoDraft(), greedy, [4, 5, 6], 10)
     assert stopped.stop == "eos" and stopped.token_ids == free[:free.index(free[3]) + 1]
+
+
+class _Replay:
+    """Drafts the target's own greedy continuation, ``k`` tokens a round: every draft is accepted."""
+
+    exit_layer = 0
+
+    def __init__(self, continuation: list[int], k: int) -> None:
+        self.continuation, self.k = continuation, k
+
+    def begin(self, state, prefill_hidden):
+        pass
+
+    def propose(self, state):
+        from specharness.engine import Proposal
+        at = len(state.ids) - state.prompt_len
+        return Proposal(self.continuation[at:at + min(self.k, state.max_draft)])
+
+    def commit(self, state, accepted):
+        pass
+
+
+def test_a_round_cut_short_by_eos_records_only_the_drafts_it_kept():
+    """An eos among accepted drafts ends the generation there: the round's ``accepted`` counts the
+    drafts kept (up to and including the eos), not the ones after it that were thrown away, and
+    the tokens per round add up to the tokens generated."""
+    from specharness.records import QuestionResult
+    from specharness.results import question_record
+    from specharness.target import TargetModel
+    target = TargetModel.tiny("llama", vocab_size=50, n_layers=2, seed=6)
+    prompt = [4, 5, 6]
+    free = generate(target, NoDraft(), greedy, prompt, 12).token_ids
+    eos_at = next(i for i in range(2, 12) if free[i] not in free[:i])  # first occurrence, past the prefill token
+    target.eos_ids = frozenset({free[eos_at]})
+    g = generate(target, _Replay(free, k=eos_at + 2), greedy, prompt, 12)
+    assert g.stop == "eos" and g.token_ids == free[:eos_at + 1]
+    last = g.rounds[-1]
+    assert last.drafted > eos_at  # the round drafted past the eos, and all its drafts matched
+    assert last.accepted == eos_at  # drafts kept: up to and including the eos (the first came from the prefill)
+    rec = question_record(QuestionResult(1, "qa", "qa", "replay", generations=[g]), {"method": "x", "model": "m"})
+    assert sum(rec["choices"][0]["accept_lengths"]) == len(g.token_ids)
