@@ -223,11 +223,12 @@ class Adapter(nn.Module):
             h = h + target.mlp(rms_norm(h, L0.post_attention_layernorm.weight, self.eps), *w.mlp)
         return rms_norm(h, self.norm.weight, self.eps)
 
-    def logits(self, target: TargetModel, hn: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
-        """Draft logits: the adapter's own head if it has one, else the target's shared head (rows)."""
+    def logits(self, target: TargetModel, hn: torch.Tensor, subset: torch.Tensor | None) -> torch.Tensor:
+        """Draft logits: the adapter's own head if it has one, else the target's shared head
+        (``subset``: its draft-vocabulary rows from ``target.head_rows``)."""
         if self.own_head_rows:
             return torch.nn.functional.linear(hn, self.lm_head.weight)
-        return target.head(hn, rows)
+        return target.head(hn, subset)
 
     @property
     def n_parameters(self) -> int:
@@ -339,7 +340,7 @@ def load_adapter(path: str | Path, target: TargetModel, exit_layer: int) -> tupl
 
 # ---- the drafter ---------------------------------------------------------------------------------
 class KangarooDrafter:
-    """The Drafter interface (see specharness.engine); one instance per generation."""
+    """The Drafter interface (see specharness.engine): built once per method, per-sequence state reset in ``begin``."""
 
     def __init__(self, target: TargetModel, adapter: Adapter, exit_layer: int, eta: float, gamma: int,
                  rows: torch.Tensor | None = None) -> None:
@@ -349,6 +350,7 @@ class KangarooDrafter:
         self.eta = eta
         self.gamma = gamma
         self.rows = rows  # draft head rows (token ids), None = full head
+        self.head_subset = target.head_rows(rows) if rows is not None and not adapter.own_head_rows else None
         self.w = adapter.weights()
         self.cache = None
         self.pending: torch.Tensor | None = None  # layer-l states not yet in the adapter cache
@@ -368,7 +370,7 @@ class KangarooDrafter:
     def _draft_logits(self, x: torch.Tensor, start: int) -> torch.Tensor:
         self.stats["adapter_rows"] += x.shape[0]
         hn = self.adapter(self.t, x, self.cache, start, self.w)
-        return self.adapter.logits(self.t, hn[-1:], self.rows)[0].float()
+        return self.adapter.logits(self.t, hn[-1:], self.head_subset)[0].float()
 
     def keep_drafting(self, state: DecodeState, i: int, token: int, confidence: float) -> bool:
         """The first early exit: go on after draft ``i`` only while it was confident (> eta).
@@ -428,9 +430,6 @@ class KangarooDrafter:
 
 
 # ---- building from options ---------------------------------------------------------------------------
-_LOADED: dict[tuple, tuple] = {}
-
-
 def _resolve_adapter(target: TargetModel, opts: dict) -> tuple[Adapter, torch.Tensor | None, dict]:
     l = opts["exit_layer"]
     ref = (opts["adapter"] or "").strip()
@@ -447,10 +446,10 @@ def _resolve_adapter(target: TargetModel, opts: dict) -> tuple[Adapter, torch.Te
         raise UsageError(f"no shipped Kangaroo adapter for '{target.name}' at exit_layer {l}; train one with "
                          f"'python -m specharness train kangaroo -o exit_layer={l} --out DIR' and pass "
                          "-o adapter=DIR (or -o adapter=random for an untrained one)")
-    key = (id(target), str(path.resolve()), l)
-    if key not in _LOADED:
-        _LOADED[key] = load_adapter(path, target, l)
-    return _LOADED[key]
+    key = ("kangaroo-adapter", str(path.resolve()), path.stat().st_mtime_ns if path.exists() else None, l)
+    if key not in target.memo:  # loaded once per target: build, params and info all ask for it
+        target.memo[key] = load_adapter(path, target, l)
+    return target.memo[key]
 
 
 def _draft_rows(target: TargetModel, opts: dict, vocab: torch.Tensor | None, cfg: dict,
@@ -474,9 +473,6 @@ def _draft_rows(target: TargetModel, opts: dict, vocab: torch.Tensor | None, cfg
     return vocab[:n].contiguous()
 
 
-_ROWS: dict[tuple, torch.Tensor] = {}
-
-
 def build(target: TargetModel, options: dict, drafter_class: type = None) -> KangarooDrafter:
     """A drafter for these options; ``drafter_class`` lets a variant (the oracle stop) reuse it all."""
     opts = resolve_options("kangaroo", OPTIONS, options)
@@ -486,8 +482,6 @@ def build(target: TargetModel, options: dict, drafter_class: type = None) -> Kan
                          f"'{target.name}' ({target.n_layers} layers)")
     adapter, vocab, cfg = _resolve_adapter(target, opts)
     rows = _draft_rows(target, opts, vocab, cfg, adapter.own_head_rows)
-    if rows is not None:  # keep one tensor per setting alive: target.head caches its gathered rows by it
-        rows = _ROWS.setdefault((id(target), id(vocab), rows.numel()), rows)
     return (drafter_class or KangarooDrafter)(target, adapter, l, opts["eta"], opts["gamma"], rows)
 
 
@@ -506,6 +500,7 @@ def adapter_info(target: TargetModel, options: dict) -> dict:
 @hookimpl
 def specharness_drafters() -> list[DrafterSpec]:
     return [DrafterSpec("kangaroo", build, OPTIONS, params=extra_params, info=adapter_info,
+                        tiny_options={"adapter": "random"},
                         help="double early exiting: shallow layers + trained adapter draft, deep layers verify")]
 
 

@@ -125,13 +125,13 @@ class _Batches:
         return x.to(self.device), sel.to(self.device), ids.to(self.device), probs.to(self.device), top1
 
 
-def _step_outputs(target, adapter, x, sel, rows):
+def _step_outputs(target, adapter, x, sel, subset):
     cache = target.new_cache(x.shape[0], n_layers=1)
     hn = adapter(target, x.to(target.dtype), cache, 0)
-    return adapter.logits(target, hn[sel], rows).float()
+    return adapter.logits(target, hn[sel], subset).float()
 
 
-def _evaluate(target, adapter, batches, indices, rows) -> dict:
+def _evaluate(target, adapter, batches, indices, rows, subset) -> dict:
     """Held-out loss and top-1 agreement (draft argmax over its head == target argmax)."""
     tot, agree, loss_sum = 0, 0, 0.0
     with torch.no_grad():
@@ -139,7 +139,7 @@ def _evaluate(target, adapter, batches, indices, rows) -> dict:
             x, sel, ids, probs, top1 = batches(i)
             if not len(sel):
                 continue
-            logits = _step_outputs(target, adapter, x, sel, rows)
+            logits = _step_outputs(target, adapter, x, sel, subset)
             logp = torch.log_softmax(logits, -1)
             loss_sum += float(-(probs * logp.gather(1, ids)).sum())
             pred = logits.argmax(-1).cpu()
@@ -183,6 +183,7 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
     freq = sd.token_frequencies(ds.select(train_idx), target.vocab_size)
     order = torch.argsort(-freq.double() + torch.arange(target.vocab_size) * 1e-9)  # ties: lower id first
     rows = order[:n_v].to(target.device).contiguous() if n_v else None
+    subset = target.head_rows(rows) if rows is not None else None  # the draft head's rows, gathered once
     coverage = float(freq[order[:n_v]].sum() / freq.sum()) if n_v else 1.0
 
     # 2. model, optimizer, schedule
@@ -202,7 +203,7 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
         1 + math.cos(math.pi * min(1.0, k / max(1, total_steps)))))
     batches = _Batches(feats, rows, target.vocab_size, target.device)
     start_epoch, history = 0, []
-    baseline = _evaluate(target, adapter, batches, held_idx, rows)  # untrained: ~raw early exit
+    baseline = _evaluate(target, adapter, batches, held_idx, rows, subset)  # untrained: ~raw early exit
     train_s, train_flops = 0.0, 0.0
     if resume:
         st = torch.load(str(state_file), map_location="cpu", weights_only=True)
@@ -237,7 +238,7 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
             for x, sel, ids, probs, _ in chunk:
                 if not len(sel):
                     continue
-                logp = torch.log_softmax(_step_outputs(target, adapter, x, sel, rows), -1)
+                logp = torch.log_softmax(_step_outputs(target, adapter, x, sel, subset), -1)
                 loss = -(probs * logp.gather(1, ids)).sum() / n_pos
                 loss.backward()
                 step_loss += float(loss.detach())
@@ -250,7 +251,7 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
             bar.set_postfix(loss=f"{run_loss / run_n:.3f}")
         bar.close()
         adapter.eval()
-        ev = _evaluate(target, adapter, batches, held_idx, rows)
+        ev = _evaluate(target, adapter, batches, held_idx, rows, subset)
         train_s += time.perf_counter() - t0
         history.append({"epoch": epoch + 1, "train_loss": run_loss / max(run_n, 1), "held_out": ev,
                         "seconds": time.perf_counter() - t0})

@@ -214,15 +214,12 @@ def random_heads(target, n_heads: int, n_layers: int = 1, seed: int = RANDOM_SEE
     return heads.to(dtype=target.dtype, device=target.device).eval().requires_grad_(False)
 
 
-_LOADED: dict[tuple, MedusaHeads] = {}  # the runner builds a drafter per generation: load heads once
-
-
 def resolve_heads(target, options: dict) -> MedusaHeads:
     n, raw = options["heads"], (options.get("heads_path") or "").strip()
     if n < 1:
         raise UsageError(f"option medusa.heads={n} must be at least 1")
     if raw == "random":
-        key: tuple = (id(target), "random", n)
+        key: tuple = ("medusa-heads", "random", n)
     else:
         path = Path(raw).expanduser() if raw else default_heads_dir(target)
         if not raw and not any((path / c).is_file() for c in CHECKPOINT_NAMES):
@@ -230,14 +227,10 @@ def resolve_heads(target, options: dict) -> MedusaHeads:
                              "'python -m specharness train medusa', or pass -o heads_path=DIR (official "
                              "Medusa-1 layout) or -o heads_path=random (untrained)")
         file = _find_checkpoint(path)
-        key = (id(target), str(file.resolve()), file.stat().st_mtime_ns, n)
-    heads = _LOADED.get(key)
-    if heads is None:
-        heads = random_heads(target, n) if raw == "random" else load_heads(path, target, n)
-        if len(_LOADED) >= 4:
-            _LOADED.pop(next(iter(_LOADED)))
-        _LOADED[key] = heads
-    return heads
+        key = ("medusa-heads", str(file.resolve()), file.stat().st_mtime_ns, n)
+    if key not in target.memo:  # loaded once per target: build and params both ask for them
+        target.memo[key] = random_heads(target, n) if raw == "random" else load_heads(path, target, n)
+    return target.memo[key]
 
 
 # ---- the drafter -----------------------------------------------------------------------------------
@@ -282,7 +275,7 @@ def extra_params(target, options: dict) -> int:
 
 @hookimpl
 def specharness_drafters() -> list[DrafterSpec]:
-    return [DrafterSpec("medusa", build, OPTIONS, params=extra_params,
+    return [DrafterSpec("medusa", build, OPTIONS, params=extra_params, tiny_options={"heads_path": "random"},
                         help="Medusa-1: K heads on the last hidden state draft K tokens at once, "
                              "single-sequence verification (no tree)")]
 

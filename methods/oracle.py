@@ -28,18 +28,18 @@ from specharness.timing import clock_for
 from specharness.verify import greedy
 
 OPTIONS = [o for o in kangaroo.OPTIONS if o.name != "eta"]
-_REFERENCES: OrderedDict[tuple, list[int]] = OrderedDict()
-_KEEP = 256  # memoised continuations (prompts) kept
+_KEEP = 256  # memoised continuations (prompts) kept per target
 
 
 def target_continuation(target: TargetModel, prompt: list[int], max_new_tokens: int) -> list[int]:
     """The target's greedy continuation of ``prompt`` (vanilla decoding), memoised."""
-    key = (id(target), tuple(prompt), max_new_tokens)
-    if key not in _REFERENCES:
-        _REFERENCES[key] = generate(target, NoDraft(), greedy, list(prompt), max_new_tokens).token_ids
-        while len(_REFERENCES) > _KEEP:
-            _REFERENCES.popitem(last=False)
-    return _REFERENCES[key]
+    memo: OrderedDict = target.memo.setdefault("oracle-continuations", OrderedDict())
+    key = (tuple(prompt), max_new_tokens)
+    if key not in memo:
+        memo[key] = generate(target, NoDraft(), greedy, list(prompt), max_new_tokens).token_ids
+        while len(memo) > _KEEP:
+            memo.popitem(last=False)
+    return memo[key]
 
 
 class OracleDrafter(kangaroo.KangarooDrafter):
@@ -69,5 +69,6 @@ def specharness_drafters() -> list[DrafterSpec]:
     return [DrafterSpec("kangaroo-oracle", build, OPTIONS,
                         params=lambda target, options: kangaroo.extra_params(target, options),
                         info=lambda target, options: kangaroo.adapter_info(target, options),
+                        tiny_options={"adapter": "random"},
                         help="Kangaroo with the oracle draft stop (greedy only): an upper bound on any "
                              "confidence stop; its look-ahead is left out of the timings")]

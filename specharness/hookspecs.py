@@ -24,7 +24,8 @@ hookimpl = pluggy.HookimplMarker("specharness")
 @dataclass(frozen=True)
 class DrafterSpec:
     """A named drafter. ``build(target, options)`` returns an object with the Drafter interface
-    (``specharness.engine.Drafter``); the engine does everything else."""
+    (``specharness.engine.Drafter``); the engine does everything else. It is built once per method
+    and run on every prompt, so per-sequence state belongs in ``begin``."""
 
     name: str
     build: Callable[..., Any]
@@ -32,6 +33,9 @@ class DrafterSpec:
     help: str = ""
     params: Callable[..., int] | None = None  # extra parameters the drafter adds, if any
     info: Callable[..., dict] | None = None  # what variant it is (e.g. adapter layout), kept in headers
+    # options that build it on a tiny random model with nothing trained (lossless levels a and c),
+    # e.g. {"adapter": "random"}; the user's options still win
+    tiny_options: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ import json
 import math
 import sys
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ class Run:
     short: str = ""  # the label in Table 1 and Figure 1: the method name when it is its only main file
     baseline: "Run | None" = None
     main: bool = False
+    cells: dict = field(default_factory=dict, repr=False)  # numbers per subtask, see ``cell``
 
     @property
     def method(self) -> str:
@@ -225,14 +226,12 @@ class Cell:
     tokens_per_s: float = float("nan")
 
 
-_CELLS: dict[tuple, Cell] = {}
-
-
 def cell(run: Run, subtask: str | None) -> Cell:
-    key = (id(run), id(run.baseline), subtask, len(run.records))
-    if key not in _CELLS:
-        _CELLS[key] = _cell(run, subtask)
-    return _CELLS[key]
+    """A run's numbers for one subtask, computed once and kept on the run itself."""
+    key = (subtask, run.baseline.path if run.baseline else None, len(run.records))
+    if key not in run.cells:
+        run.cells[key] = _cell(run, subtask)
+    return run.cells[key]
 
 
 def _cell(run: Run, subtask: str | None) -> Cell:

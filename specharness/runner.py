@@ -84,12 +84,10 @@ def build_method(registry: Registry, name: str, raw_options: list[str] | dict, t
                       changed=changed)
     vspec = resolve_verifier(registry, verifier, temperature)
     vname = vspec.name
-    drafter_factory = lambda: spec.build(target, options)  # noqa: E731
-    drafter_factory()  # validate options and load what the drafter needs now, not mid-run
+    drafter = spec.build(target, options)  # once: options checked and weights loaded now, not mid-run
 
     def run(ids: list[int], s: Settings, seed: int, on_round=None) -> Generation:
-        return generate(target, drafter_factory(), vspec.accept, ids, s.max_new_tokens, s.temperature,
-                        seed, on_round)
+        return generate(target, drafter, vspec.accept, ids, s.max_new_tokens, s.temperature, seed, on_round)
 
     extra = spec.params(target, options) if spec.params else 0
     info = spec.info(target, options) if spec.info else {}

@@ -24,16 +24,12 @@ import torch
 import torch.nn.functional as F
 
 from .errors import UsageError
+from .paths import cache_root
 
 SUPPORTED_FAMILIES = ("llama", "mistral", "qwen2")
 DEFAULT_MODEL = "smollm2"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def cache_root() -> Path:
-    """Where converted weights and trained artefacts live: $SPECHARNESS_CACHE or ~/.cache."""
-    return Path(os.environ.get("SPECHARNESS_CACHE", Path.home() / ".cache" / "specharness"))
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -157,7 +153,9 @@ class TargetModel:
         if tokenizer is not None and tokenizer.eos_token_id is not None:
             eos_ids.add(tokenizer.eos_token_id)
         self.eos_ids = frozenset(eos_ids)
-        self._head_rows: dict[tuple, torch.Tensor] = {}
+        # what plugins derive from this target (loaded adapters and heads, reference continuations),
+        # kept exactly as long as the target lives, so no entry outlives the object it was made for
+        self.memo: dict = {}
 
     # ---- loading -------------------------------------------------------------------------
     @classmethod
@@ -278,15 +276,13 @@ class TargetModel:
     def norm(self, h: torch.Tensor) -> torch.Tensor:
         return rms_norm(h, self.norm_weight, self.eps)
 
-    def head(self, h_normed: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """The shared LM head; ``rows`` restricts it to a vocabulary subset (a cheap draft head)."""
-        if rows is None:
-            return F.linear(h_normed, self.head_weight)
-        key = (rows.data_ptr(), rows.numel())
-        w = self._head_rows.get(key)
-        if w is None:  # a view-sized gather of the shared head, kept so each draft step reuses it
-            w = self._head_rows.setdefault(key, self.head_weight[rows].contiguous())
-        return F.linear(h_normed, w)
+    def head(self, h_normed: torch.Tensor, subset: torch.Tensor | None = None) -> torch.Tensor:
+        """The shared LM head; ``subset`` = rows gathered by ``head_rows`` (a cheap draft head)."""
+        return F.linear(h_normed, self.head_weight if subset is None else subset)
+
+    def head_rows(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """The LM head's rows for ``token_ids``, gathered once: the caller keeps them for its draft steps."""
+        return self.head_weight[token_ids.to(self.device)].contiguous()
 
     def logits(self, ids: list[int] | torch.Tensor, cache: KVCache | None = None, start: int = 0) -> torch.Tensor:
         """Full forward of token ids from position ``start`` (tests and one-off checks)."""
@@ -342,8 +338,13 @@ def _converted_gguf(gguf: Path, name: str | None = None) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     print(f"specharness: converting {gguf.name} to float32 safetensors in {out} (once, ~30 s)", flush=True)
     started = time.perf_counter()
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    hf = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    try:
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        hf = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    except Exception as exc:  # transformers raises ValueError, OSError, KeyError... for a bad file
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"'{gguf}' cannot be read as a GGUF model ({type(exc).__name__}: {first[:160]}); give "
+                         "a GGUF file of a LLaMA, Mistral or Qwen2 model, or a Hugging Face directory") from None
     cfg = hf.config.to_dict()
     cfg.pop("quantization_config", None)
     cfg.pop("_model_name_or_path", None)
