@@ -6,8 +6,12 @@ turns are run, the second conditioned on the model's own first answer.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import sys
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,10 +21,12 @@ SUBTASKS = ("multi_turn", "translation", "summarization", "qa", "math_reasoning"
 MT_BENCH_CATEGORIES = frozenset(
     {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"})
 SAMPLE_FILE = Path(__file__).with_name("sample_questions.jsonl")
-SHARED_CANDIDATES = (  # ../shared beside the working directory, or beside this checkout
-    Path("..") / "shared" / "specbench" / "question.jsonl",
-    Path(__file__).resolve().parents[2] / "shared" / "specbench" / "question.jsonl",
-)
+BENCHES = ("sample", "spec-bench")
+# Spec-Bench's question file, pinned: the commit it was taken from and the file's sha256
+SPEC_BENCH_COMMIT = "fd2c1cd7d2201ef71db4c5f4e455008f017967bf"
+SPEC_BENCH_URL = (f"https://raw.githubusercontent.com/hemingkx/Spec-Bench/{SPEC_BENCH_COMMIT}"
+                  "/data/spec_bench/question.jsonl")
+SPEC_BENCH_SHA256 = "4b6d33e79484f9841c487ee87d1cf6aa8c6066f61d5d482ff09e5a007fafdf04"
 
 
 @dataclass(frozen=True)
@@ -35,16 +41,72 @@ def subtask_of(category: str) -> str:
     return "multi_turn" if category in MT_BENCH_CATEGORIES else category
 
 
-def find_question_file(explicit: str | None = None) -> Path:
-    """--bench-file, else $SPECHARNESS_SPECBENCH, else ../shared/specbench, else the built-in sample."""
-    for candidate, origin in ((explicit, "--bench-file"), (os.environ.get("SPECHARNESS_SPECBENCH"),
-                                                           "$SPECHARNESS_SPECBENCH")):
-        if candidate:
-            if not Path(candidate).is_file():
-                raise UsageError(f"question file '{candidate}' (from {origin}) does not exist; give the "
-                                 "path of Spec-Bench's question.jsonl")
-            return Path(candidate)
-    return next((p for p in SHARED_CANDIDATES if p.is_file()), SAMPLE_FILE)
+@dataclass(frozen=True)
+class QuestionSource:
+    """Which question file a run reads, and how it was chosen (said to the user, kept in headers)."""
+
+    path: Path
+    origin: str  # "--bench-file", "$SPECHARNESS_SPECBENCH", "spec-bench" or "sample"
+
+    @property
+    def is_sample(self) -> bool:
+        return self.origin == "sample"
+
+
+def find_question_file(explicit: str | None = None, bench: str | None = None) -> QuestionSource:
+    """--bench-file, else --bench spec-bench (downloaded once), else $SPECHARNESS_SPECBENCH, else the
+    built-in sample. Nothing outside the repository is looked at unless asked for."""
+    if bench is not None and bench not in BENCHES:
+        raise UsageError(f"unknown --bench '{bench}'; choose one of {', '.join(BENCHES)}")
+    if explicit and bench == "spec-bench":
+        raise UsageError("give either --bench-file or --bench spec-bench, not both")
+    env = os.environ.get("SPECHARNESS_SPECBENCH")
+    if explicit or (env and bench is None):
+        path, origin = (explicit, "--bench-file") if explicit else (env, "$SPECHARNESS_SPECBENCH")
+        if not Path(path).is_file():
+            raise UsageError(f"question file '{path}' (from {origin}) does not exist; give the path of "
+                             "Spec-Bench's question.jsonl, or --bench spec-bench to download it")
+        return QuestionSource(Path(path), origin)
+    if bench == "spec-bench":
+        return QuestionSource(spec_bench_file(), "spec-bench")
+    return QuestionSource(SAMPLE_FILE, "sample")
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def spec_bench_file(url: str | None = None) -> Path:
+    """Spec-Bench's question.jsonl at the pinned commit: from the cache, else downloaded over HTTPS
+    (``$SPECHARNESS_SPECBENCH_URL`` points at a mirror), checked against its sha256 and cached."""
+    from specharness.paths import cache_root
+    cached = cache_root() / "specbench" / f"question-{SPEC_BENCH_SHA256[:16]}.jsonl"
+    if cached.is_file() and sha256_of(cached) == SPEC_BENCH_SHA256:
+        return cached
+    url = url or os.environ.get("SPECHARNESS_SPECBENCH_URL") or SPEC_BENCH_URL
+    how = (f"download {SPEC_BENCH_URL} yourself (sha256 {SPEC_BENCH_SHA256[:12]}...) and pass --bench-file PATH, "
+           "or set $SPECHARNESS_SPECBENCH to it")
+    print(f"specharness: downloading Spec-Bench's questions (commit {SPEC_BENCH_COMMIT[:7]}) from {url}",
+          file=sys.stderr, flush=True)
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            data = response.read()
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise UsageError(f"cannot download Spec-Bench's question file ({reason}); {how}") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != SPEC_BENCH_SHA256:
+        raise UsageError(f"the file downloaded from {url} has sha256 {digest[:12]}..., not the pinned "
+                         f"{SPEC_BENCH_SHA256[:12]}...; refusing it: {how}")
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_name(cached.name + ".partial")
+    tmp.write_bytes(data)
+    os.replace(tmp, cached)
+    return cached
 
 
 def load_questions(path: Path | str) -> list[Question]:
@@ -96,3 +158,27 @@ def select(questions: list[Question], subtasks: tuple[str, ...] = SUBTASKS,
         chosen = [q for q in questions if q.subtask == sub]
         out.extend(chosen[:limit] if limit else chosen)
     return out
+
+
+def per_subtask(questions: list[Question]) -> dict[str, int]:
+    """How many questions each subtask holds, in paper order (subtasks with none left out)."""
+    counts = {sub: sum(q.subtask == sub for q in questions) for sub in SUBTASKS}
+    return {sub: n for sub, n in counts.items() if n}
+
+
+def describe_selection(source: QuestionSource, available: list[Question], subtasks: tuple[str, ...],
+                       limit: int | None) -> list[str]:
+    """The lines a run prints about its questions: where they come from, and a --limit the file
+    cannot meet (said once, never capped silently)."""
+    have = per_subtask([q for q in available if q.subtask in subtasks])
+    lines = []
+    if source.is_sample:
+        counts = sorted(set(have.values()))
+        each = f"{counts[0]} per subtask" if len(counts) == 1 else ", ".join(f"{k} {n}" for k, n in have.items())
+        lines.append(f"questions: the built-in sample ({each}, written for this project); for Spec-Bench's "
+                     "480 questions use --bench spec-bench (downloaded once) or --bench-file PATH")
+    short = {sub: n for sub, n in have.items() if limit and n < limit}
+    if short:
+        lines.append(f"note: --limit {limit} asks for more than the question file holds in "
+                     + ", ".join(f"{sub} ({n})" for sub, n in short.items()) + "; running all of those")
+    return lines

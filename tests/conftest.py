@@ -1,11 +1,42 @@
-"""Shared fixtures: the embedded SmolLM2 (loaded once per session) and its Spec-Bench prompts."""
+"""Shared fixtures: the embedded SmolLM2 (loaded once per session) and the built-in questions.
+
+The suite depends on nothing outside the repository: questions come from the built-in sample
+(``tasks/sample_questions.jsonl``) whatever the environment says, and everything a test writes
+goes to a temporary cache directory. Only the converted default model is shared with the user's
+cache (converting it takes ~30 s; it is read-only once written).
+"""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pytest
 import torch
 
 torch.set_num_threads(2)
+
+# Spec-Bench's full file only where a test asks for it (see ``specbench_file``), never by default
+SPEC_BENCH_ENV = "SPECHARNESS_TEST_SPECBENCH"
+_USER_CACHE = Path(os.environ.get("SPECHARNESS_CACHE", Path.home() / ".cache" / "specharness"))
+for _name in ("SPECHARNESS_SPECBENCH", "SPECHARNESS_SPECBENCH_URL"):
+    os.environ.pop(_name, None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def temporary_cache(tmp_path_factory):
+    """$SPECHARNESS_CACHE -> a fresh directory; its ``models/`` is the user's converted models."""
+    root = tmp_path_factory.mktemp("specharness-cache")
+    models = _USER_CACHE / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    (root / "models").symlink_to(models, target_is_directory=True)
+    old = os.environ.get("SPECHARNESS_CACHE")
+    os.environ["SPECHARNESS_CACHE"] = str(root)
+    yield root
+    if old is None:
+        os.environ.pop("SPECHARNESS_CACHE", None)
+    else:
+        os.environ["SPECHARNESS_CACHE"] = old
 
 
 @pytest.fixture(scope="session")
@@ -15,7 +46,24 @@ def smol():
 
 
 @pytest.fixture(scope="session")
-def first_questions():
+def sample_questions():
+    """Every question of the built-in sample: the file the tests pin."""
+    from tasks.specbench import SAMPLE_FILE, load_questions
+    return load_questions(SAMPLE_FILE)
+
+
+@pytest.fixture(scope="session")
+def first_questions(sample_questions):
     """The first question of every subtask, in the paper's subtask order."""
-    from tasks.specbench import SUBTASKS, find_question_file, load_questions, select
-    return select(load_questions(find_question_file()), SUBTASKS, 1)
+    from tasks.specbench import SUBTASKS, select
+    return select(sample_questions, SUBTASKS, 1)
+
+
+@pytest.fixture
+def specbench_file():
+    """Spec-Bench's full question.jsonl, for the tests that ask for it through
+    $SPECHARNESS_TEST_SPECBENCH; skipped when it is not set or the file is absent."""
+    path = os.environ.get(SPEC_BENCH_ENV)
+    if not path or not Path(path).is_file():
+        pytest.skip(f"set ${SPEC_BENCH_ENV} to Spec-Bench's question.jsonl to run this test")
+    return Path(path)

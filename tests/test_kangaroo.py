@@ -75,8 +75,8 @@ def _grid():
 
 
 def _prompt(target, subtask):
-    from tasks.specbench import find_question_file, load_questions
-    qs = [q for q in load_questions(find_question_file(None)) if q.subtask == subtask]
+    from tasks.specbench import SAMPLE_FILE, load_questions
+    qs = [q for q in load_questions(SAMPLE_FILE) if q.subtask == subtask]
     q = min(qs, key=lambda q: len(q.turns[0]))  # the shortest question keeps the prefill cheap
     return target.chat_ids([{"role": "user", "content": q.turns[0]}])
 

@@ -46,9 +46,8 @@ def test_dataset_layout_and_loss_mask(data):
         assert 1 <= n - P <= 6
 
 
-def test_never_spec_bench_questions(data):
-    from tasks.specbench import find_question_file, load_questions
-    questions = {t.strip() for q in load_questions(find_question_file(None)) for t in q.turns}
+def test_never_benchmark_questions(data, sample_questions):
+    questions = {t.strip() for q in sample_questions for t in q.turns}
     _, _, ds = data
     assert not questions & {u.strip() for u in ds["user"]}
 
