@@ -33,9 +33,12 @@ def _common_model_args(p: argparse.ArgumentParser) -> None:
 
 def _decode_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("questions and decoding")
+    g.add_argument("--bench", default=None, choices=("sample", "spec-bench"),
+                   help="question set: 'sample' (built in, 2 per subtask) or 'spec-bench' (Spec-Bench's 480 "
+                        "questions, downloaded once from a pinned commit and checked by sha256) "
+                        "(default: $SPECHARNESS_SPECBENCH if set, else sample)")
     g.add_argument("--bench-file", default=None,
-                   help="Spec-Bench question.jsonl (default: $SPECHARNESS_SPECBENCH, else "
-                        "../shared/specbench/question.jsonl, else the built-in sample)")
+                   help="a Spec-Bench-format question.jsonl to use instead")
     g.add_argument("--subtasks", default=None,
                    help="comma-separated: multi_turn,translation,summarization,qa,math_reasoning,rag (default: all)")
     g.add_argument("--limit", type=int, default=None, help="first N questions of each subtask (default: all)")
@@ -50,8 +53,15 @@ def _decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--overwrite", action="store_true", help="replace an existing result file")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (no usage block): the same shape as every other bad input."""
+
+    def error(self, message: str):
+        self.exit(2, f"specharness: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="specharness",
         description="Benchmark self-drafting speculative decoding methods on Spec-Bench: speed with "
                     "confidence intervals, acceptance statistics, and checked losslessness.")
@@ -67,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="method option, repeatable (see 'specharness list')")
     run.add_argument("--out", default=None,
                      help="result file (default: results/runs/<model>/<method>[-options]-<dtype>-temp<T>-n<N>.jsonl)")
+    run.add_argument("--baseline", default="vanilla", choices=("vanilla", "none"),
+                     help="'vanilla': also run vanilla on the same questions, interleaved, unless a vanilla result "
+                          "with the same settings beside the result file already holds them, and report the "
+                          "speedup; 'none': run the method alone (default: %(default)s)")
     _common_model_args(run)
     _decode_args(run)
 
@@ -98,11 +112,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_threads(threads: int | None) -> int:
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {threads}; leave it out to use every core")
+    return threads or os.cpu_count() or 1
+
+
 def _setup_threads(threads: int | None) -> int:
     import torch
-    n = threads or os.cpu_count() or 1
-    if n < 1:
-        raise UsageError(f"--threads must be at least 1, got {n}")
+    n = _check_threads(threads)
     torch.set_num_threads(n)
     return n
 
@@ -139,14 +157,16 @@ def cmd_run(args, methods_arg: list[str]) -> int:
     from .hookspecs import hookimpl
     from .options import resolve_options
     from .plugins import build_registry
-    from .results import ResultWriter, provenance
+    from .results import ResultWriter, check_writable, provenance
     from .runner import Settings, build_method, check_settings, resolve_verifier, run_all
     from .summary import print_summary
     from .timing import instrumentation_cost_s
-    from tasks.specbench import find_question_file, load_questions, parse_subtasks, select
+    from tasks.specbench import describe_selection, find_question_file, load_questions, parse_subtasks, select, \
+        sha256_of
 
     settings = Settings(args.max_new_tokens, args.temperature, args.seed, args.repeats, args.warmup)
     check_settings(settings)
+    _check_threads(args.threads)
     registry = build_registry(args.plugin)
     if len(set(methods_arg)) != len(methods_arg):
         raise UsageError("a method is listed twice in --methods; list each once")
@@ -158,8 +178,12 @@ def cmd_run(args, methods_arg: list[str]) -> int:
     if out and Path(out).exists() and not (args.resume or args.overwrite):
         raise UsageError(f"{out} already exists; add --resume to continue it, --overwrite to start again, "
                          "or --out to write elsewhere")
-    qfile = find_question_file(args.bench_file)
-    questions = select(load_questions(qfile), parse_subtasks(args.subtasks), args.limit)
+    for target_path in filter(None, (out, getattr(args, "out_dir", None) and Path(args.out_dir) / "x")):
+        check_writable(Path(target_path))
+    source = find_question_file(args.bench_file, args.bench)
+    available = load_questions(source.path)
+    subtasks = parse_subtasks(args.subtasks)
+    questions = select(available, subtasks, args.limit)
     threads = _setup_threads(args.threads)
     target = _load_target(args)
     methods = []
@@ -168,27 +192,55 @@ def cmd_run(args, methods_arg: list[str]) -> int:
         m.label = label
         methods.append(m)
 
-    if getattr(args, "out", None):
-        paths = {methods[0].label: Path(args.out)}
+    if out:
+        paths = {methods[0].label: Path(out)}
     else:
         base = Path(args.out_dir) if getattr(args, "out_dir", None) else RESULTS_DIR / target.name
         paths = {m.label: base / _default_name(m, settings, args.dtype) for m in methods}
     if len(set(paths.values())) != len(paths):
         raise UsageError("two entries of --methods resolve to the same method and options; drop one")
-    writers = {}
-    for m in methods:
-        meta = provenance(model=target.name, model_source=target.source, dtype=args.dtype, device=args.device,
+
+    def header(m) -> dict:
+        return provenance(model=target.name, model_source=target.source, dtype=args.dtype, device=args.device,
                           threads=threads, method=m.name, label=m.label, options=m.options, verifier=m.verifier,
                           max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
                           seed=settings.seed, repeats=settings.repeats, warmup=settings.warmup,
-                          question_file=str(qfile), extra_params=m.extra_params, drafter_info=m.info,
-                          target_params=target.n_parameters, target_layers=target.n_layers,
-                          compared_with=methods_arg)
-        writers[m.label] = ResultWriter(paths[m.label], meta, resume=args.resume, overwrite=args.overwrite)
+                          question_file=str(source.path), question_source=source.origin,
+                          questions_sha256=sha256_of(source.path), extra_params=m.extra_params,
+                          drafter_info=m.info, target_params=target.n_parameters, target_layers=target.n_layers,
+                          compared_with=[x.label for x in methods])
+
+    # the default location is a store of results by method and settings: a file there is continued
+    # (finished questions skipped) unless --overwrite; a file the user named must be asked to resume
+    store = not out and not getattr(args, "out_dir", None)
+    resume = {m.label: args.resume or (store and paths[m.label].exists()) for m in methods}
+    overwrite = {m.label: args.overwrite for m in methods}
+    for m in methods:
+        if store and resume[m.label] and not args.resume and not args.overwrite:
+            print(f"continuing {paths[m.label]} (finished questions are kept; --overwrite starts again)",
+                  file=sys.stderr)
+    summary_paths = list(paths.values())
+    if getattr(args, "baseline", "none") == "vanilla" and methods[0].name != "vanilla":
+        vanilla = build_method(registry, "vanilla", [], target, settings.temperature, args.verifier)
+        found, holds_all = _vanilla_baseline(paths[methods[0].label].parent, header(vanilla), questions,
+                                             _default_name(vanilla, settings, args.dtype))
+        summary_paths.insert(0, found)
+        if holds_all:
+            print(f"baseline: vanilla results with the same settings in {found}", file=sys.stderr)
+        else:
+            methods.insert(0, vanilla)
+            paths[vanilla.label] = found
+            resume[vanilla.label], overwrite[vanilla.label] = found.exists(), False
+            print(f"baseline: vanilla runs on the same questions, interleaved, into {found} "
+                  "(--baseline none to skip it)", file=sys.stderr)
+    writers = {m.label: ResultWriter(paths[m.label], header(m), resume=resume[m.label],
+                                     overwrite=overwrite[m.label]) for m in methods}
     done = {name: w.done for name, w in writers.items()}
+    for line in describe_selection(source, available, subtasks, args.limit):
+        print(line, file=sys.stderr)
     pending = sum(q.question_id not in done[m.label] for q in questions for m in methods)
 
-    bar = tqdm(total=pending, unit="answer", desc=",".join(methods_arg), dynamic_ncols=True)
+    bar = tqdm(total=pending, unit="answer", desc=",".join(m.label for m in methods), dynamic_ncols=True)
     stats: dict[str, Any] = {"truncated": 0}
 
     class Observer:  # the result writer and the progress bar are observers like any other
@@ -227,8 +279,33 @@ def cmd_run(args, methods_arg: list[str]) -> int:
         w.close()
     if stats["truncated"]:
         print(f"warning: {stats['truncated']} prompt(s) were longer than the context and left-truncated", file=sys.stderr)
-    print_summary(list(paths.values()), questions=[q.question_id for q in questions])
+    print_summary(summary_paths, questions=[q.question_id for q in questions])
     return 0
+
+
+def _vanilla_baseline(directory: Path, meta: dict, questions: list, default_name: str) -> tuple[Path, bool]:
+    """The vanilla result file for a run's baseline: (path, whether it already holds every question).
+
+    A file in ``directory`` whose header matches this run's settings (``results.same_baseline``) is
+    used, resumed if it lacks questions; otherwise a new file under the default name. A file of that
+    name with other settings is never overwritten: the run stops and says what to do.
+    """
+    from .results import iter_result_files, read_results, same_baseline
+    wanted = {q.question_id for q in questions}
+    best: tuple[Path, int] | None = None
+    for p in iter_result_files(directory):
+        other, records = read_results(p)
+        if other.get("method") == "vanilla" and not other.get("options") and same_baseline(other, meta):
+            have = len(wanted & {r["question_id"] for r in records})
+            if best is None or have > best[1]:
+                best = (p, have)
+    if best:
+        return best[0], best[1] == len(wanted)
+    path = directory / default_name
+    if path.exists():
+        raise UsageError(f"{path} holds vanilla results with other settings (threads, seed, question file...); "
+                         "rerun with those settings, move the file, or pass --baseline none")
+    return path, False
 
 
 def _has_round_observers(registry) -> bool:
@@ -275,7 +352,10 @@ def cmd_train(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a one-line parse error already printed
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         if args.command == "run":
             return cmd_run(args, [args.method])

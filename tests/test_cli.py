@@ -48,6 +48,12 @@ def error_line(capsys, argv) -> str:
     (["compare", "--methods", "vanilla,vanilla"], "listed twice"),
     (["compare", "--methods", "vanilla,hf-generate", "-o", "k=1"], "does not name its method"),
     (["train", "nope"], "unknown trainer 'nope'"),
+    (["run", "--threads", "0"], "--threads must be at least 1, got 0"),
+    (["run", "--out", "/proc/nope/x.jsonl"], "cannot write results to '/proc/nope/x.jsonl'"),
+    (["compare", "--out-dir", "/proc/nope"], "cannot write results to '/proc/nope/x'"),
+    (["run", "--bench", "nope"], "argument --bench: invalid choice: 'nope'"),
+    (["run", "--limit", "many"], "argument --limit: invalid int value: 'many'"),
+    (["run", "--bench", "spec-bench", "--bench-file", "q.jsonl"], "not both"),
 ])
 def test_bad_input_is_one_line(capsys, argv, expected):
     assert expected in error_line(capsys, argv)
@@ -61,6 +67,13 @@ def test_malformed_question_file_names_the_line(capsys, tmp_path):
     assert "unknown category 'poetry'" in error_line(capsys, ["run", "--bench-file", str(qf)])
 
 
+def test_a_gguf_file_that_is_not_gguf(capsys, tmp_path):
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(b"this is not a GGUF file\n" * 100)
+    err = error_line(capsys, ["run", "--model", str(fake), *QUICK])
+    assert f"'{fake}' cannot be read as a GGUF model" in err
+
+
 def test_unsupported_architecture(capsys, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     assert "supported families: llama, mistral, qwen2" in error_line(capsys, ["run", "--model", str(tmp_path)])
@@ -72,7 +85,12 @@ def test_option_out_of_range_from_a_plugin(capsys, tmp_path):
     assert "option prompt-lookup.ngram=0 is outside [1, inf]" in err
 
 
-def test_result_file_round_trip_resume_and_refusals(capsys, tmp_path):
+@pytest.fixture
+def qa_questions(sample_questions):
+    return [q for q in sample_questions if q.subtask == "qa"]
+
+
+def test_result_file_round_trip_resume_and_refusals(capsys, tmp_path, qa_questions):
     out = tmp_path / "v.jsonl"
     assert main(["run", "--limit", "1", "--out", str(out), *QUICK]) == 0
     meta, recs = read_results(out)
@@ -97,11 +115,11 @@ def test_result_file_round_trip_resume_and_refusals(capsys, tmp_path):
     assert main(["run", "--limit", "2", "--out", str(out), "--resume", *QUICK]) == 0
     lines = out.read_text().splitlines()
     assert len(lines) == 2 and lines[0] == first
-    assert [json.loads(x)["question_id"] for x in lines] == [321, 322]
+    assert [json.loads(x)["question_id"] for x in lines] == [q.question_id for q in qa_questions[:2]]
     assert len(json.loads(meta_path(out).read_text())["resumed"]) == 1
 
 
-def test_ctrl_c_keeps_finished_questions_and_resume_continues(capsys, tmp_path):
+def test_ctrl_c_keeps_finished_questions_and_resume_continues(capsys, tmp_path, qa_questions):
     stopper = tmp_path / "stopper.py"
     stopper.write_text(
         "from specharness.hookspecs import hookimpl\n"
@@ -109,11 +127,13 @@ def test_ctrl_c_keeps_finished_questions_and_resume_continues(capsys, tmp_path):
         "def specharness_question_done(result):\n"
         "    raise KeyboardInterrupt\n")
     out = tmp_path / "v.jsonl"
-    assert main(["run", "--limit", "3", "--out", str(out), "--plugin", str(stopper), *QUICK]) == 130
+    n = len(qa_questions)
+    assert n >= 2
+    assert main(["run", "--limit", str(n), "--out", str(out), "--plugin", str(stopper), *QUICK]) == 130
     assert "--resume" in capsys.readouterr().err
     assert len(out.read_text().splitlines()) == 1
-    assert main(["run", "--limit", "3", "--out", str(out), "--resume", *QUICK]) == 0
-    assert len(read_results(out)[1]) == 3
+    assert main(["run", "--limit", str(n), "--out", str(out), "--resume", *QUICK]) == 0
+    assert [r["question_id"] for r in read_results(out)[1]] == [q.question_id for q in qa_questions]
 
 
 def test_readme_plugin_runs_end_to_end_and_is_lossless(capsys, tmp_path):
@@ -155,3 +175,41 @@ def test_compare_runs_variants_interleaved_into_one_file_each(capsys, tmp_path):
     for _, recs in metas:
         assert len(recs[0]["choices"][0]["wall_time_repeats"][0]) == 2
     assert "speedup" in capsys.readouterr().out
+
+
+def test_run_measures_vanilla_alongside_and_reports_the_speedup(capsys, tmp_path):
+    plugin = str(plugin_example(tmp_path))
+    out = tmp_path / "res" / "pl.jsonl"
+    assert main(["run", "--plugin", plugin, "--method", "prompt-lookup", "--out", str(out), "--limit", "1",
+                 *QUICK]) == 0
+    captured = capsys.readouterr()
+    assert "vanilla runs on the same questions, interleaved" in captured.err
+    vanilla = out.parent / "vanilla-float32-temp0-n6.jsonl"
+    meta, recs = read_results(vanilla)
+    assert meta["compared_with"] == ["vanilla", "prompt-lookup"] and len(recs) == 1
+    rows = [line.split() for line in captured.out.splitlines() if line.startswith("prompt-lookup")]
+    assert rows and all(any(re.fullmatch(r"\d+\.\d{3}x", cell) for cell in row) for row in rows)  # speedups
+    assert "speedup needs a vanilla result" not in captured.out
+
+    # a second method with the same settings reuses those vanilla results instead of rerunning them
+    before = vanilla.read_text()
+    assert main(["run", "--plugin", plugin, "--method", "prompt-lookup", "-o", "ngram=2", "--out",
+                 str(out.parent / "pl2.jsonl"), "--limit", "1", *QUICK]) == 0
+    captured = capsys.readouterr()
+    assert f"vanilla results with the same settings in {vanilla}" in captured.err
+    assert vanilla.read_text() == before
+    assert [line for line in captured.out.splitlines() if line.startswith("prompt-lookup") and "x" in line]
+
+    # other settings (here more questions) resume the same file for the missing ones only
+    assert main(["run", "--plugin", plugin, "--method", "prompt-lookup", "--out", str(out.parent / "pl3.jsonl"),
+                 "--limit", "2", *QUICK]) == 0
+    assert [r["question_id"] for r in read_results(vanilla)[1]][:1] == [recs[0]["question_id"]]
+    assert len(read_results(vanilla)[1]) == 2
+
+
+def test_baseline_none_runs_the_method_alone(capsys, tmp_path):
+    out = tmp_path / "pl.jsonl"
+    assert main(["run", "--plugin", str(plugin_example(tmp_path)), "--method", "prompt-lookup", "--out", str(out),
+                 "--baseline", "none", "--limit", "1", *QUICK]) == 0
+    assert sorted(p.name for p in tmp_path.glob("*.jsonl")) == ["pl.jsonl"]
+    assert "speedup needs a vanilla result" in capsys.readouterr().out
