@@ -51,6 +51,8 @@ import numpy as np
 from .errors import UsageError
 
 TOLERANCES = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
+LATE_POSITION = 2  # level (c): rejections of the 2nd draft of a round or later must occur
+B_MAX_SAMPLES = 20_000  # level (b)'s cap: flat distributions would otherwise ask for millions
 B_PROMPT = "My favourite colour is"  # open-ended: many next tokens with mass, not one
 
 
@@ -191,6 +193,7 @@ def sample(method, prompt: list[int], k: int, n: int, temperature: float, seed: 
     s = Settings(max_new_tokens=generate_tokens or k, temperature=temperature, seed=seed, repeats=1, warmup=0)
     counts: Counter = Counter()
     counts.drafts = [0, 0]  # type: ignore[attr-defined]  # drafted, accepted over all rounds
+    counts.by_position = {}  # type: ignore[attr-defined]  # draft position (1-based) -> [proposed, accepted, rejected]
     it = range(n)
     if progress:
         from tqdm import tqdm
@@ -202,6 +205,11 @@ def sample(method, prompt: list[int], k: int, n: int, temperature: float, seed: 
         for r in g.rounds:
             counts.drafts[0] += r.drafted  # type: ignore[attr-defined]
             counts.drafts[1] += r.accepted  # type: ignore[attr-defined]
+            for i in range(1, r.drafted + 1):
+                tally = counts.by_position.setdefault(i, [0, 0, 0])  # type: ignore[attr-defined]
+                tally[0] += 1
+                tally[1] += i <= r.accepted
+                tally[2] += i == r.accepted + 1
     return counts
 
 
@@ -214,7 +222,14 @@ def sample_seeds(seed: int, n: int) -> list[int]:
 
 def _exercised(counts: Counter) -> dict:
     drafted, accepted = getattr(counts, "drafts", (0, 0))
-    return {"drafted": drafted, "accepted": accepted, "rejected_rounds_or_drafts": drafted - accepted}
+    by_pos = getattr(counts, "by_position", {})
+    return {"drafted": drafted, "accepted": accepted, "rejected_rounds_or_drafts": drafted - accepted,
+            "by_position": {i: dict(zip(("proposed", "accepted", "rejected"), t)) for i, t in sorted(by_pos.items())}}
+
+
+def rejections_from(exercised: dict, position: int) -> int:
+    """Rejections at draft position ``position`` (1-based) or later: what level (c) must see."""
+    return sum(t["rejected"] for i, t in exercised["by_position"].items() if int(i) >= position)
 
 
 @dataclass
@@ -290,7 +305,8 @@ def greedy_check(target, method, vanilla, questions, max_new_tokens: int, tolera
 
 # ---- the levels ------------------------------------------------------------------------------------
 def level_a(method, target, prompt: list[int], k: int, temperature: float, n: int | None, w: float,
-            alpha: float, seed: int, progress: bool = False) -> dict:
+            alpha: float, seed: int, progress: bool = False, level: str = "a") -> dict:
+    """The first ``k`` generated tokens against their exact joint distribution (levels a and c)."""
     exact = exact_sequence_distribution(target, prompt, k, temperature)
     if n is None:
         n, df, pw = samples_for_power(exact, w, alpha)
@@ -301,15 +317,28 @@ def level_a(method, target, prompt: list[int], k: int, temperature: float, n: in
     counts = sample(method, prompt, k, n, temperature, seed, progress)
     test = chi_square(counts, exact)
     exercised = _exercised(counts)
-    return {"level": "a", "vocab": target.vocab_size, "k": k, "temperature": temperature, "prompt": prompt,
+    return {"level": level, "vocab": target.vocab_size, "k": k, "temperature": temperature, "prompt": prompt,
             "samples": n, "seeds": f"numpy SeedSequence({seed}).generate_state({n}) >> 1",
             "effect_size_w": w, "alpha": alpha,
             "power": pw, "cells": len(exact), "test": test.as_dict(), "passed": test.p_value >= alpha,
             "seconds": time.perf_counter() - started, "exercised": exercised}
 
 
+def level_c(method, target, prompt: list[int], k: int, temperature: float, n: int | None, w: float,
+            alpha: float, seed: int, progress: bool = False, position: int = LATE_POSITION) -> dict:
+    """Level (a) with generations long enough that one round holds several drafts, so drafts at
+    ``position`` and later are proposed and rejected; it fails when none was rejected there
+    (a check that did not check must not pass), unless the method proposes no drafts at all."""
+    r = level_a(method, target, prompt, k, temperature, n, w, alpha, seed, progress, level="c")
+    late = rejections_from(r["exercised"], position)
+    r["late_position"], r["late_rejections"] = position, late
+    r["late_exercised"] = late > 0 or r["exercised"]["drafted"] == 0
+    r["passed"] = r["passed"] and r["late_exercised"]
+    return r
+
+
 def level_b(method, target, prompt: list[int], temperature: float, n: int | None, w: float, alpha: float,
-            seed: int, progress: bool = False, min_expected: float = 5.0) -> dict:
+            seed: int, progress: bool = False, min_expected: float = 5.0, max_samples: int = B_MAX_SAMPLES) -> dict:
     p1 = next_token_probs(target, prompt, temperature)
     order = np.argsort(-p1)
 
@@ -330,7 +359,10 @@ def level_b(method, target, prompt: list[int], temperature: float, n: int | None
         joint = {(t, int(u)): float(p1[t] * cond_all[t][u]) for t in cand for u in np.argsort(-cond_all[t])[:200]}
         joint["tail"] = max(0.0, 1.0 - sum(joint.values()))
         n2, _, _ = samples_for_power(joint, w, alpha / 2)
-        n = max(n1, n2)
+        wanted = max(n1, n2)
+        n = min(wanted, max_samples)  # flat distributions ask for millions: capped, the power said below
+    else:
+        wanted = n
     df = len(head(p1, n)) or 1
     pw = power(n, df, w, alpha / 2)
     firsts = [t for t in head(p1, n) if t not in target.eos_ids]
@@ -360,7 +392,7 @@ def level_b(method, target, prompt: list[int], temperature: float, n: int | None
     p2 = float(chi2.sf(stat, dof)) if dof else 1.0
     return {"level": "b", "model": target.name, "prompt": prompt, "temperature": temperature, "samples": n,
             "seeds": f"numpy SeedSequence({seed}).generate_state({n}) >> 1", "effect_size_w": w, "alpha": alpha,
-            "power_first_token": pw,
+            "power_first_token": pw, "samples_for_power": wanted, "capped": wanted > n,
             "first_token": t1.as_dict(),
             "second_given_first": {"statistic": stat, "df": dof, "p_value": p2, "by_first_token": per_first},
             "passed": t1.p_value >= alpha / 2 and p2 >= alpha / 2, "seconds": time.perf_counter() - started,
@@ -373,36 +405,46 @@ def add_lossless_parser(subparsers) -> None:
         "lossless", help="check a method is lossless: greedy identity, sampled distributions",
         description="Greedy: token-identical to vanilla on Spec-Bench prompts (near-ties told from bugs by the "
                     "target's top-2 margin). Sampling: chi-square of sampled sequences against the exact "
-                    "distribution, (a) on a tiny model, first k tokens enumerated; (b) on the real model, "
-                    "first token and second given first. Exits 1 on a failure.",
+                    "distribution, (a) on a tiny model, first k tokens enumerated; (c) the same with longer "
+                    "generations, so rejections happen at the 2nd draft of a round or later; (b) on the real "
+                    "model, first token and second given first. Exits 1 on a failure.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--method", required=True, help="method to check (see 'specharness list')")
     p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE", help="method option")
     p.add_argument("--tiny-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="method option for level (a) only, on the tiny model (e.g. an adapter made for it)")
+                   help="method option for levels (a) and (c) only, on the tiny model; the method's own tiny "
+                        "defaults (e.g. a random adapter) apply first")
     p.add_argument("--verifier", default=None,
                    help="acceptance rule(s), comma-separated: each applies to the levels of its kind "
                         "(greedy or sampling); default greedy / speculative-sampling")
-    p.add_argument("--levels", default="greedy,a,b", help="which checks: greedy, a, b")
+    p.add_argument("--levels", default="greedy,a,b,c", help="which checks: greedy, a, b, c")
     p.add_argument("--model", default="smollm2", help="target for the greedy and (b) checks")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE.py")
-    p.add_argument("--bench-file", default=None, help="Spec-Bench question.jsonl (default as in 'run')")
+    p.add_argument("--bench", default=None, choices=("sample", "spec-bench"),
+                   help="question set for the greedy check (as in 'run')")
+    p.add_argument("--bench-file", default=None, help="question.jsonl for the greedy check (as in 'run')")
     p.add_argument("--subtasks", default=None, help="comma-separated subtasks for the greedy check (default all)")
     p.add_argument("--limit", type=int, default=1, help="questions per subtask for the greedy check")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per turn in the greedy check")
     p.add_argument("--tolerance", type=float, default=None,
                    help="top-2 logit margin below which a greedy divergence is a near-tie "
                         "(default 1e-4 float32, 1e-2 float16, 5e-2 bfloat16)")
-    p.add_argument("--temperature", type=float, default=1.3, help="sampling temperature of (a) and (b)")
+    p.add_argument("--temperature", type=float, default=1.3, help="sampling temperature of (a), (b), (c)")
     p.add_argument("--tiny-vocab", type=int, default=8, help="vocabulary of the tiny model in (a)")
     p.add_argument("--k", type=int, default=3, help="tokens whose joint distribution (a) enumerates")
+    p.add_argument("--tiny-vocab-c", type=int, default=4, help="vocabulary of the tiny model in (c)")
+    p.add_argument("--k-c", type=int, default=5, help="tokens whose joint distribution (c) enumerates (>= 4)")
     p.add_argument("--samples-a", type=int, default=None, help="N for (a) (default: chosen for power)")
-    p.add_argument("--samples-b", type=int, default=None, help="N for (b) (default: chosen for power)")
+    p.add_argument("--samples-b", type=int, default=None, help="N for (b) (default: chosen for power, capped)")
+    p.add_argument("--samples-c", type=int, default=None, help="N for (c) (default: chosen for power)")
+    p.add_argument("--max-samples-b", type=int, default=B_MAX_SAMPLES,
+                   help="cap on the N (b) chooses for power; the power at the cap is reported")
     p.add_argument("--effect-a", type=float, default=0.1, help="effect size w (a) must detect with power 0.9")
     p.add_argument("--effect-b", type=float, default=0.2, help="effect size w (b) must detect with power 0.9")
+    p.add_argument("--effect-c", type=float, default=0.15, help="effect size w (c) must detect with power 0.9")
     p.add_argument("--alpha", type=float, default=0.01, help="significance level of each level")
     p.add_argument("--seed", type=int, default=1234, help="first seed of the sampled sequences")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the full report as JSON")
@@ -412,8 +454,9 @@ def add_lossless_parser(subparsers) -> None:
 def _say_exercised(r: dict, method: str) -> None:
     e = r["exercised"]
     if e["drafted"]:
-        print(f"  speculative path exercised: {e['drafted']} drafts proposed, {e['accepted']} accepted, "
-              f"{e['drafted'] - e['accepted']} rejected")
+        rejected = ", ".join(f"{t['rejected']} at draft {i}" for i, t in e["by_position"].items() if t["rejected"])
+        print(f"  speculative path exercised: {e['drafted']} drafts proposed, {e['accepted']} accepted; "
+              f"rejections: {rejected or 'none'}")
     elif method != "vanilla":
         print(f"  note: {method} proposed no drafts here, so only plain sampling was tested")
 
@@ -425,24 +468,71 @@ def _split_verifiers(registry, text: str | None) -> dict[bool, str | None]:
     return out
 
 
+def _check_args(args) -> list[str]:
+    levels = [x.strip() for x in args.levels.split(",") if x.strip()]
+    bad = [x for x in levels if x not in ("greedy", "a", "b", "c")]
+    if bad or not levels:
+        raise UsageError(f"--levels takes greedy, a, b, c (comma-separated), got '{args.levels}'")
+    if args.temperature <= 0:
+        raise UsageError("--temperature must be > 0: levels (a), (b) and (c) test sampling")
+    if not 0 < args.alpha < 1:
+        raise UsageError(f"--alpha must be in (0, 1), got {args.alpha}")
+    if args.k < 2 or args.tiny_vocab < 2 or args.tiny_vocab ** args.k > 200_000:
+        raise UsageError("--k >= 2 and --tiny-vocab >= 2 with tiny_vocab**k <= 200000 cells")
+    if args.k_c < 4 or args.tiny_vocab_c < 2 or args.tiny_vocab_c ** args.k_c > 200_000:
+        raise UsageError("--k-c >= 4 (so a round can hold 2+ drafts) and --tiny-vocab-c >= 2 with "
+                         "tiny_vocab_c**k_c <= 200000 cells")
+    for name in ("samples_a", "samples_b", "samples_c", "max_samples_b"):
+        if getattr(args, name) is not None and getattr(args, name) < 10:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 10")
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {args.threads}")
+    return levels
+
+
+def _tiny_level(args, registry, level: str, verifier: str | None, progress: bool) -> dict:
+    """Level (a) or (c) on a tiny random llama, the method built with its tiny defaults."""
+    import torch
+
+    from .target import TargetModel
+    vocab, k = (args.tiny_vocab, args.k) if level == "a" else (args.tiny_vocab_c, args.k_c)
+    n, w = (args.samples_a, args.effect_a) if level == "a" else (args.samples_c, args.effect_c)
+    tiny = TargetModel.tiny("llama", vocab_size=vocab, n_layers=4, hidden_size=32, n_heads=4, n_kv_heads=2, seed=0)
+    spec = registry.method(args.method)
+    defaults = [f"{key}={value}" for key, value in getattr(spec, "tiny_options", {}).items()]
+    try:
+        method = _build(registry, args.method, defaults + args.option + args.tiny_option, tiny, args.temperature,
+                        verifier)
+    except UsageError as exc:
+        raise UsageError(f"level ({level}) cannot build '{args.method}' on the tiny model ({exc}); pass options "
+                         f"for it with --tiny-option, or leave it out with --levels") from None
+    prompt = [1, 2, 3, 4, 5][: max(1, vocab - 1)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model's ops are too small to share; threads only add overhead
+    try:
+        run = level_a if level == "a" else level_c
+        r = run(method, tiny, prompt, k, args.temperature, n, w, args.alpha, args.seed, progress)
+    finally:
+        torch.set_num_threads(threads)
+    r["verifier"], r["options"] = method.verifier, method.options
+    t = r["test"]
+    print(f"sampling ({level}): tiny llama, vocab {vocab}, first {k} tokens at T={args.temperature:g}: "
+          f"N={r['samples']} (seeds from SeedSequence({args.seed}); power {r['power']:.2f} against w={w:g} at "
+          f"alpha={args.alpha:g}), {r['cells']} cells pooled to {t['cells']}: chi2={t['statistic']:.1f}, "
+          f"df={t['df']}, p={t['p_value']:.3g} -> {'PASS' if r['passed'] else 'FAIL'}")
+    _say_exercised(r, args.method)
+    if level == "c" and not r["late_exercised"]:
+        print(f"  FAIL: no draft at position {r['late_position']} or later was rejected, so later positions "
+              "were not tested; let the method draft longer on the tiny model (--tiny-option)")
+    return r
+
+
 def cmd_lossless(args) -> int:
     import torch
 
     from .plugins import build_registry
     from .target import TargetModel
-    levels = [x.strip() for x in args.levels.split(",") if x.strip()]
-    bad = [x for x in levels if x not in ("greedy", "a", "b")]
-    if bad or not levels:
-        raise UsageError(f"--levels takes greedy, a, b (comma-separated), got '{args.levels}'")
-    if args.temperature <= 0:
-        raise UsageError("--temperature must be > 0: levels (a) and (b) test sampling")
-    if not 0 < args.alpha < 1:
-        raise UsageError(f"--alpha must be in (0, 1), got {args.alpha}")
-    if args.k < 2 or args.tiny_vocab < 2 or args.tiny_vocab ** args.k > 200_000:
-        raise UsageError("--k >= 2 and --tiny-vocab >= 2 with tiny_vocab**k <= 200000 cells")
-    for name in ("samples_a", "samples_b"):
-        if getattr(args, name) is not None and getattr(args, name) < 10:
-            raise UsageError(f"--{name.replace('_', '-')} must be at least 10")
+    levels = _check_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     registry = build_registry(args.plugin)
@@ -458,11 +548,15 @@ def cmd_lossless(args) -> int:
         target = TargetModel.load(args.model, args.dtype, args.device)
 
     if "greedy" in levels:
-        from tasks.specbench import find_question_file, load_questions, parse_subtasks, select
+        from tasks.specbench import describe_selection, find_question_file, load_questions, parse_subtasks, select
         tol = args.tolerance if args.tolerance is not None else TOLERANCES.get(args.dtype, 1e-4)
-        qs = select(load_questions(find_question_file(args.bench_file)), parse_subtasks(args.subtasks), args.limit)
+        source = find_question_file(args.bench_file, args.bench)
+        available, subtasks = load_questions(source.path), parse_subtasks(args.subtasks)
+        qs = select(available, subtasks, args.limit)
         method = _build(registry, args.method, args.option, target, 0.0, verifiers[False])
         vanilla = _build(registry, "vanilla", [], target, 0.0, None)
+        for line in describe_selection(source, available, subtasks, args.limit):
+            print(line, file=sys.stderr)
         print(f"greedy: {args.method} (verifier {method.verifier}) vs vanilla on {len(qs)} questions, "
               f"{args.max_new_tokens} tokens per turn, {target.name} {args.dtype}")
         g = greedy_check(target, method, vanilla, qs, args.max_new_tokens, tol)
@@ -475,32 +569,11 @@ def cmd_lossless(args) -> int:
                                       "passed": g.passed}
         failed |= not g.passed
 
-    if "a" in levels:
-        tiny = TargetModel.tiny("llama", vocab_size=args.tiny_vocab, n_layers=4, hidden_size=32, n_heads=4,
-                                n_kv_heads=2, seed=0)
-        try:
-            method = _build(registry, args.method, args.option + args.tiny_option, tiny, args.temperature,
-                            verifiers[True])
-        except UsageError as exc:
-            raise UsageError(f"level (a) cannot build '{args.method}' on the tiny model ({exc}); pass options "
-                             "for it with --tiny-option, or leave it out with --levels greedy,b") from None
-        prompt = [1, 2, 3, 4, 5][: max(1, args.tiny_vocab - 1)]
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # a tiny model's ops are too small to share; threads only add overhead
-        try:
-            r = level_a(method, tiny, prompt, args.k, args.temperature, args.samples_a, args.effect_a, args.alpha,
-                        args.seed, progress)
-        finally:
-            torch.set_num_threads(threads)
-        r["verifier"] = method.verifier
-        t = r["test"]
-        print(f"sampling (a): tiny llama, vocab {args.tiny_vocab}, first {args.k} tokens at T={args.temperature:g}: "
-              f"N={r['samples']} (seeds from SeedSequence({args.seed}); power {r['power']:.2f} "
-              f"against w={args.effect_a:g} at alpha={args.alpha:g}), {r['cells']} cells pooled to {t['cells']}: "
-              f"chi2={t['statistic']:.1f}, df={t['df']}, p={t['p_value']:.3g} -> {'PASS' if r['passed'] else 'FAIL'}")
-        _say_exercised(r, args.method)
-        report["levels"]["a"] = r
-        failed |= not r["passed"]
+    for level in ("a", "c"):
+        if level in levels:
+            r = _tiny_level(args, registry, level, verifiers[True], progress)
+            report["levels"][level] = r
+            failed |= not r["passed"]
 
     if "b" in levels:
         method = _build(registry, args.method, args.option, target, args.temperature, verifiers[True])
@@ -509,13 +582,15 @@ def cmd_lossless(args) -> int:
         else:
             prompt = [1, 2, 3]
         r = level_b(method, target, prompt, args.temperature, args.samples_b, args.effect_b, args.alpha,
-                    args.seed, progress)
+                    args.seed, progress, max_samples=args.max_samples_b)
         r["verifier"] = method.verifier
         r["prompt_text"] = B_PROMPT
         t1, t2 = r["first_token"], r["second_given_first"]
+        capped = (f"; capped from {r['samples_for_power']} (--max-samples-b), so this is the power at the cap"
+                  if r["capped"] else "")
         print(f"sampling (b): {target.name}, prompt {B_PROMPT!r}, T={args.temperature:g}: N={r['samples']} (seeds "
               f"from SeedSequence({args.seed}); power {r['power_first_token']:.2f} against "
-              f"w={args.effect_b:g} at alpha/2); first token chi2={t1['statistic']:.1f}, df={t1['df']}, "
+              f"w={args.effect_b:g} at alpha/2{capped}); first token chi2={t1['statistic']:.1f}, df={t1['df']}, "
               f"p={t1['p_value']:.3g}; second given first chi2={t2['statistic']:.1f}, df={t2['df']}, "
               f"p={t2['p_value']:.3g} -> {'PASS' if r['passed'] else 'FAIL'}")
         _say_exercised(r, args.method)

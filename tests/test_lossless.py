@@ -175,3 +175,31 @@ def test_bad_lossless_input_is_one_line(capsys):
     assert main(["lossless", "--method", "vanilla", "--verifier", "nope", "--levels", "a"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("specharness: error:") for line in err)
+
+
+def test_level_c_catches_a_verifier_broken_only_at_later_drafts(tmp_path):
+    """Level (a) generates 3 tokens, so no round holds a second draft: a rule that is wrong only
+    from the second draft on passes it. Level (c) generates 5 and rejects drafts at position 2+."""
+    common = ["--method", "random-draft", "-o", "gamma=3", "--plugin", PLUGIN, "--levels", "a,c", "--effect-a", "0.3"]
+    rc, rep = run_cli([*common, "--verifier", "late-accept"], tmp_path)
+    a, c = rep["levels"]["a"], rep["levels"]["c"]
+    assert rc == 1 and a["passed"] and not c["passed"] and c["k"] == 5
+    assert c["test"]["p_value"] < 1e-3  # the distribution test itself catches it (it never rejects late drafts)
+    rc, rep = run_cli(common, tmp_path)
+    c = rep["levels"]["c"]
+    assert rc == 0 and c["passed"] and c["late_exercised"]
+    assert lossless.rejections_from(c["exercised"], 3) > 0  # even the third draft of a round was rejected
+
+
+def test_level_c_fails_when_later_drafts_were_never_tested(tmp_path):
+    rc, rep = run_cli(["--method", "random-draft", "-o", "gamma=1", "--plugin", PLUGIN, "--levels", "c",
+                       "--samples-c", "200"], tmp_path)
+    assert rc == 1 and not rep["levels"]["c"]["late_exercised"]
+
+
+def test_level_b_caps_its_sample_size_and_says_so():
+    """A random model over a large vocabulary has flat next-token distributions: the N chosen for
+    power would be huge; it is capped and the capped power reported."""
+    t = TargetModel.tiny("qwen2", vocab_size=4096, n_layers=2, hidden_size=32, n_heads=4, n_kv_heads=2, seed=1)
+    r = lossless.level_b(_method(t, "vanilla", None, 1.0), t, [1, 2, 3], 1.0, None, 0.2, 0.01, 5, max_samples=300)
+    assert r["capped"] and r["samples"] == 300 < r["samples_for_power"] and r["power_first_token"] < 0.9
