@@ -13,7 +13,7 @@ and CTAR compare with ours. Their draft/verify split is not visible, only the ro
 
 from __future__ import annotations
 
-from methods.hf_generate import hf_decoder
+from specharness.methods.hf_generate import hf_decoder
 from specharness.errors import UsageError
 from specharness.hookspecs import DecoderSpec, OptionSpec, hookimpl
 

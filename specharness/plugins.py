@@ -15,18 +15,8 @@ from . import hookspecs
 from .errors import UsageError
 from .hookspecs import DecoderSpec, DrafterSpec, TrainerSpec, VerifierSpec
 
-BUILTINS = (
-    "specharness.verify",
-    "methods.vanilla",
-    "methods.hf_generate",
-)
-OPTIONAL_BUILTINS = (  # methods that arrive with later work; absent modules are skipped
-    "methods.kangaroo",
-    "methods.early_exit",
-    "methods.medusa",
-    "methods.hf_peers",
-    "methods.oracle",
-)
+GROUP = "specharness"  # built-in methods register here too (pyproject.toml), exactly as third parties do
+REPORT_GROUP = "specharness.report"  # report sections: light modules the report loads on its own
 
 
 def load_plugin(ref: str) -> ModuleType:
@@ -92,19 +82,50 @@ def _collect(results: list[list], kind: str) -> dict:
     return out
 
 
-def build_registry(plugins: list[str] | tuple = ()) -> Registry:
+def entry_point_plugins(group: str, required: bool = True) -> list[tuple[str, ModuleType]]:
+    """(name, module) of every entry point in ``group``. A plugin that fails to import is a one-line
+    error, or (``required=False``) a one-line note and left out."""
+    from importlib.metadata import entry_points
+    out = []
+    for ep in sorted(entry_points(group=group), key=lambda e: e.name):
+        try:
+            out.append((ep.name, ep.load()))
+        except Exception as exc:
+            msg = f"plugin '{ep.name}' ({ep.value}) failed to import: {type(exc).__name__}: {exc}"
+            if required:
+                raise UsageError(f"{msg}; reinstall it, or uninstall the package that provides it") from None
+            print(f"note: {msg}; its sections are left out", file=sys.stderr)
+    return out
+
+
+def new_manager() -> pluggy.PluginManager:
     pm = pluggy.PluginManager("specharness")
     pm.add_hookspecs(hookspecs.Hooks)
-    for name in BUILTINS:
-        pm.register(importlib.import_module(name), name=name)
-    for name in OPTIONAL_BUILTINS:
-        if importlib.util.find_spec(name) is not None:
-            pm.register(importlib.import_module(name), name=name)
-    pm.load_setuptools_entrypoints("specharness")
+    return pm
+
+
+def check_hooks(pm: pluggy.PluginManager) -> None:
+    """Every hook implementation must name a hook: a misspelt one would be silently ignored."""
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        known = ", ".join(sorted(n for n in dir(hookspecs.Hooks) if n.startswith("specharness_")))
+        raise UsageError(f"{exc}; the hooks are: {known}") from None
+
+
+def build_registry(plugins: list[str] | tuple = ()) -> Registry:
+    pm = new_manager()
+    for name, module in entry_point_plugins(GROUP):
+        if not pm.is_registered(module):
+            pm.register(module, name=name)
+    if not pm.get_plugins():
+        raise UsageError("no methods are registered: the package's entry points are missing; install it with "
+                         "'pip install -e .' from the repository")
     for ref in plugins:
         module = load_plugin(ref)
         if not pm.is_registered(module):
             pm.register(module, name=f"plugin:{ref}")
+    check_hooks(pm)
     drafters = _collect(pm.hook.specharness_drafters(), "method")
     decoders = _collect(pm.hook.specharness_decoders(), "method")
     clash = set(drafters) & set(decoders)

@@ -31,15 +31,18 @@ the states it will meet.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
 import torch
 
 from .errors import UsageError
+from .options import OptionSpec
+from .paths import cache_root
 
 FORMAT_VERSION = 1
 
@@ -80,6 +83,39 @@ class GenerationSettings:
         d.pop("topk")
         d.pop("batch_size")  # batching changes rounding only, never the recipe
         return d
+
+
+# The recipe every trainer offers with the same names, defaults and ranges: trainers given the same
+# values share one generated data set (``default_dir`` names it after the model and the recipe).
+RECIPE_OPTIONS = [
+    OptionSpec("conversations", "int", 512, "self-generated conversations (shared recipe: trainers with the "
+               "same values reuse one data set)", min=8),
+    OptionSpec("max_answer_tokens", "int", 256, "longest self-generated answer (shared recipe)", min=8),
+    OptionSpec("seed", "int", 0, "seed of the data sampling (shared recipe), the held-out split, shuffling and "
+               "initialisation"),
+    OptionSpec("held_out", "float", 0.05, "share of conversations held out for agreement", min=0.0, max=0.5),
+    OptionSpec("gen_batch", "int", 32, "conversations generated per batch (changes speed, not the data)", min=1),
+    OptionSpec("data", "str", "", "self-distillation data directory (default: the shared one in the cache, "
+               "named after the model and the recipe; reused when it matches)"),
+]
+
+
+def recipe(options: dict, capture_layers: tuple[int, ...] = (), topk: int = 0) -> "GenerationSettings":
+    """The generation settings that ``RECIPE_OPTIONS`` values (and a trainer's features) ask for."""
+    return GenerationSettings(conversations=options["conversations"], max_answer_tokens=options["max_answer_tokens"],
+                              batch_size=options["gen_batch"], seed=options["seed"],
+                              capture_layers=tuple(capture_layers), topk=topk)
+
+
+def default_dir(target, settings: "GenerationSettings") -> Path:
+    """The shared data directory for this model and text recipe (features do not change its name)."""
+    key = hashlib.sha1(json.dumps(settings.text_key(), sort_keys=True).encode()).hexdigest()[:10]
+    return cache_root() / "selfdistill" / f"{target.name}-{key}"
+
+
+def data_dir(target, options: dict, settings: "GenerationSettings") -> Path:
+    """``-o data=DIR`` when given, else the shared directory."""
+    return Path(options["data"]).expanduser() if options["data"] else default_dir(target, settings)
 
 
 def model_identity(target) -> dict:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from methods import kangaroo as kg
-from methods import oracle
-from methods.vanilla import NoDraft
+from specharness import selfdistill as sd
+from specharness.methods.kangaroo import adapter as ka, checkpoint as kc, drafter as kg
+from specharness.methods.oracle import drafter as oracle
+from specharness.methods.vanilla import NoDraft
 from specharness.engine import generate
 from specharness.errors import UsageError
 from specharness.target import TargetModel
@@ -28,7 +29,7 @@ def reference(tiny):
 
 
 def _perturbed(tiny, ffn, own_rows, seed=0):
-    a = kg.Adapter.from_target_layer(tiny, 2, ffn=ffn, head_rows=own_rows)
+    a = ka.Adapter.from_target_layer(tiny, 2, ffn=ffn, head_rows=own_rows)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in a.parameters():
@@ -41,14 +42,14 @@ def test_variant_checkpoint_round_trip_and_lossless(tiny, reference, tmp_path, f
     order = torch.randperm(tiny.vocab_size, generator=torch.Generator().manual_seed(1))
     own_rows = None if own is None else order[:own]  # 0 = an own head over the whole vocabulary
     a = _perturbed(tiny, ffn, own_rows)
-    kg.save_adapter(a, tmp_path, kg.adapter_config(tiny, 2, own or 0, {"ffn": ffn}), order)
+    kc.save_adapter(a, tmp_path, kc.adapter_config(tiny, 2, own or 0, {"ffn": ffn}), order)
     d = kg.build(tiny, {"adapter": str(tmp_path), "exit_layer": 2, "eta": 0.0, "gamma": 4})
     assert d.adapter.ffn == ffn
     assert d.adapter.own_head_rows == (0 if own is None else (own or tiny.vocab_size))
     for k, v in a.state_dict().items():
         assert torch.equal(d.adapter.state_dict()[k], v), k
     H, inner = tiny.hidden_size, tiny.config.intermediate_size
-    base = kg.Adapter.for_target(tiny).n_parameters
+    base = ka.Adapter.for_target(tiny).n_parameters
     assert d.adapter.n_parameters == base + (3 * H * inner + H if ffn else 0) + H * d.adapter.own_head_rows
     info = kg.adapter_info(tiny, {"adapter": str(tmp_path), "exit_layer": 2})
     assert info["ffn"] == ffn and info["lm_head"].startswith("own" if own is not None else "shared")
@@ -68,7 +69,7 @@ def test_variant_checkpoint_round_trip_and_lossless(tiny, reference, tmp_path, f
 
 def test_own_head_drives_the_drafts(tiny, tmp_path):
     """The own head, not the shared one, makes the draft logits: scrambling it changes the drafts."""
-    a = kg.Adapter.from_target_layer(tiny, 2, head_rows=torch.empty(0, dtype=torch.long))
+    a = ka.Adapter.from_target_layer(tiny, 2, head_rows=torch.empty(0, dtype=torch.long))
     x = torch.randn(3, tiny.hidden_size)
     with torch.no_grad():
         hn = a(tiny, x, tiny.new_cache(4, n_layers=1), 0)
@@ -80,14 +81,14 @@ def test_own_head_drives_the_drafts(tiny, tmp_path):
 
 def test_own_head_refuses_another_draft_vocab(tiny, tmp_path):
     order = torch.arange(tiny.vocab_size)
-    kg.save_adapter(_perturbed(tiny, False, order[:6]), tmp_path, kg.adapter_config(tiny, 2, 6), order)
+    kc.save_adapter(_perturbed(tiny, False, order[:6]), tmp_path, kc.adapter_config(tiny, 2, 6), order)
     with pytest.raises(UsageError, match="own LM head") as e:
         kg.build(tiny, {"adapter": str(tmp_path), "exit_layer": 2, "draft_vocab": 4})
     assert "\n" not in str(e.value)
 
 
 def test_trainer_variants_train_save_and_load(tiny, tmp_path):
-    from methods import kangaroo_train as kt
+    from specharness.methods.kangaroo import train as kt
     from specharness.options import resolve_options
     from test_medusa import write_selfdistill_data
     data = tmp_path / "data"
@@ -95,9 +96,9 @@ def test_trainer_variants_train_save_and_load(tiny, tmp_path):
         "exit_layer": "2", "draft_vocab": "8", "conversations": "16", "max_answer_tokens": "12", "epochs": "2",
         "seqs_per_step": "4", "topk": "4", "held_out": "0.25", "data": str(data), "ffn": "true", "head": "own",
         "lr": "0.01"})
-    write_selfdistill_data(tiny, data, kt._settings(opts), n_rows=16, answer=12)
+    write_selfdistill_data(tiny, data, sd.recipe(opts, (2,), 4), n_rows=16, answer=12)
     report = kt.run(tiny, opts, tmp_path / "ad", False)
-    plain = kg.Adapter.for_target(tiny).n_parameters
+    plain = ka.Adapter.for_target(tiny).n_parameters
     H = tiny.hidden_size
     assert report["adapter_params"] == plain + 3 * H * tiny.config.intermediate_size + H + 8 * H
     assert report["history"][-1]["train_loss"] < report["history"][0]["train_loss"] + 1e-6

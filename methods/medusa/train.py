@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
 from pathlib import Path
 
@@ -31,9 +30,12 @@ import torch
 import torch.nn.functional as F
 
 from specharness import selfdistill
+from specharness.checkpoint import save_atomic
 from specharness.errors import UsageError
-from specharness.hookspecs import OptionSpec
-from specharness.target import cache_root
+from specharness.options import OptionSpec
+
+from .checkpoint import default_heads_dir, save_heads
+from .heads import MedusaHeads
 
 STATE_FILE = "train_state.pt"
 TEACHER_FILE = "teacher.pt"
@@ -48,40 +50,11 @@ OPTIONS = [
     OptionSpec("topk", "int", 32, "the target's top-k probabilities used as the soft label", min=1),
     OptionSpec("max_minutes", "float", 45.0, "wall-time budget for the teacher pass + training "
                "(0 = none); when spent, heads are saved and --resume continues", min=0.0),
-    OptionSpec("held_out", "float", 0.05, "fraction of conversations kept out for evaluation", min=0.0, max=0.5),
     OptionSpec("bf16", "str", "auto", "bfloat16 autocast for the head matmuls: auto (when the CPU has AMX "
                "or a CUDA device), true, false", choices=("auto", "true", "false")),
-    OptionSpec("conversations", "int", 512, "self-generated conversations (the shared recipe: same "
-               "values as 'train kangaroo' reuse its data)", min=1),
-    OptionSpec("max_answer_tokens", "int", 256, "longest self-generated answer (shared recipe)", min=1),
-    OptionSpec("data_dir", "str", "", "self-distillation data directory (default: the shared one in the cache)"),
-    OptionSpec("seed", "int", 0, "seed for data sampling (shared recipe), held-out split and shuffling"),
     OptionSpec("checkpoint_minutes", "float", 10.0, "write a resumable checkpoint this often", min=0.0),
+    *selfdistill.RECIPE_OPTIONS,
 ]
-
-
-def data_settings(options: dict) -> selfdistill.GenerationSettings:
-    return selfdistill.GenerationSettings(conversations=options["conversations"],
-                                          max_answer_tokens=options["max_answer_tokens"],
-                                          seed=options["seed"])
-
-
-def default_data_dir(target, settings: selfdistill.GenerationSettings) -> Path:
-    """The shared self-distillation directory: named after the model and the text recipe exactly as
-    the Kangaroo trainer names it, so both trainers reuse one generation."""
-    helper = getattr(selfdistill, "default_dir", None)
-    if helper:
-        return Path(helper(target, settings))
-    key = hashlib.sha1(json.dumps(settings.text_key(), sort_keys=True).encode()).hexdigest()[:10]
-    return cache_root() / "selfdistill" / f"{target.name}-{key}"
-
-
-def kangaroo_adapter_params(target) -> int:
-    """RMSNorm -> one attention block with the target's head layout -> RMSNorm (DESIGN.md)."""
-    kv = target.n_kv_heads * target.head_dim
-    q = target.n_heads * target.head_dim
-    bias = (q + 2 * kv) if target.family == "qwen2" else 0
-    return 2 * target.hidden_size + target.hidden_size * (q + 2 * kv) + bias + q * target.hidden_size
 
 
 def _use_bf16(option: str, target) -> bool:
@@ -104,7 +77,7 @@ def teacher_features(target, dataset, rows: list[int], n_heads: int, topk: int, 
     can be an answer token) to the second last; ``row_end[i]`` marks each position's row end.
     """
     from tqdm import tqdm
-    H, L = target.hidden_size, target.n_layers
+    L = target.n_layers
     xs, ids_all, probs_all, ends = [], [], [], []
     tokens, ctx = 0, 0.0
     for input_ids, loss_mask in tqdm(selfdistill.examples(dataset, rows), total=len(rows),
@@ -174,12 +147,6 @@ def head_losses(heads, target, x: torch.Tensor, feat: dict, idx: torch.Tensor, v
 
 
 # ---- the trainer -------------------------------------------------------------------------------------
-def _atomic_save(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
 def _key(meta: dict, rows: list[int], options: dict) -> str:
     blob = json.dumps([meta.get("settings"), meta.get("model"), meta.get("tokens"), rows,
                        options["heads"], options["topk"]], sort_keys=True, default=str)
@@ -189,8 +156,6 @@ def _key(meta: dict, rows: list[int], options: dict) -> str:
 def run(target, options: dict, out_dir: Path | None, resume: bool, progress: bool = True) -> dict:
     from tqdm import tqdm
 
-    from methods.medusa import MedusaHeads, default_heads_dir, save_heads
-
     started = time.perf_counter()
     K, layers = options["heads"], options["layers"]
     out = Path(out_dir) if out_dir else default_heads_dir(target)
@@ -199,8 +164,8 @@ def run(target, options: dict, out_dir: Path | None, resume: bool, progress: boo
     bf16 = _use_bf16(options["bf16"], target)
 
     # 1. the shared self-distillation data (generated once, reused by every trainer)
-    settings = data_settings(options)
-    data_dir = Path(options["data_dir"]).expanduser() if options["data_dir"] else default_data_dir(target, settings)
+    settings = selfdistill.recipe(options)
+    data_dir = selfdistill.data_dir(target, options, settings)
     t0 = time.perf_counter()
     dataset, meta, reused = selfdistill.load_or_generate(target, settings, data_dir, progress)
     data_wall = time.perf_counter() - t0
@@ -220,7 +185,7 @@ def run(target, options: dict, out_dir: Path | None, resume: bool, progress: boo
                  "held": teacher_features(target, dataset, held_rows, K, options["topk"], progress)
                  if held_rows else None}
         feats["wall_s"] = time.perf_counter() - t0
-        _atomic_save(feats, teacher_path)
+        save_atomic(feats, teacher_path)
     teacher_wall = feats["wall_s"]
     train, held = feats["train"], feats["held"]
     valid = valid_targets(train, K)
@@ -253,7 +218,7 @@ def run(target, options: dict, out_dir: Path | None, resume: bool, progress: boo
         step, train_wall, history = st["step"], st["train_wall"], st["history"]
 
     def checkpoint() -> None:
-        _atomic_save({"key": key, "options_key": _options_key(options), "heads": heads.state_dict(),
+        save_atomic({"key": key, "options_key": _options_key(options), "heads": heads.state_dict(),
                       "opt": opt.state_dict(), "sched": sched.state_dict(), "step": step,
                       "train_wall": train_wall, "history": history}, state_path)
 
@@ -314,7 +279,6 @@ def run(target, options: dict, out_dir: Path | None, resume: bool, progress: boo
         "heads": K, "layers_per_head": layers,
         "parameters": n_params,
         "parameters_per_head": n_params // K,
-        "kangaroo_adapter_parameters": kangaroo_adapter_params(target),
         "target_parameters": target.n_parameters,
         "steps": step, "total_steps": total_steps, "epochs": options["epochs"],
         "completed": step >= total_steps, "stopped_by_budget": stopped_by_budget,

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from methods import kangaroo
-from methods.vanilla import NoDraft
 from specharness.engine import DecodeState, generate
 from specharness.errors import UsageError
-from specharness.hookspecs import DrafterSpec, hookimpl
+from specharness.methods.kangaroo import drafter as kangaroo
+from specharness.methods.vanilla import NoDraft
 from specharness.options import resolve_options
 from specharness.target import TargetModel
 from specharness.timing import clock_for
@@ -62,13 +61,3 @@ class OracleDrafter(kangaroo.KangarooDrafter):
 
 def build(target: TargetModel, options: dict) -> OracleDrafter:
     return kangaroo.build(target, resolve_options("kangaroo-oracle", OPTIONS, options), OracleDrafter)
-
-
-@hookimpl
-def specharness_drafters() -> list[DrafterSpec]:
-    return [DrafterSpec("kangaroo-oracle", build, OPTIONS,
-                        params=lambda target, options: kangaroo.extra_params(target, options),
-                        info=lambda target, options: kangaroo.adapter_info(target, options),
-                        tiny_options={"adapter": "random"},
-                        help="Kangaroo with the oracle draft stop (greedy only): an upper bound on any "
-                             "confidence stop; its look-ahead is left out of the timings")]

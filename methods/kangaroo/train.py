@@ -26,54 +26,36 @@ import json
 import math
 import resource
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from specharness import selfdistill as sd
 from specharness.errors import UsageError
-from specharness.hookspecs import TrainerSpec
 from specharness.options import OptionSpec
-from specharness.target import TargetModel, cache_root
+from specharness.paths import cache_root
+from specharness.target import TargetModel
+
+from .adapter import Adapter
+from .checkpoint import adapter_config, load_adapter, model_slug, save_adapter
 
 OPTIONS = [
     OptionSpec("exit_layer", "int", 2, "early-exit layer l the adapter reads (1..L-1)", min=1),
     OptionSpec("draft_vocab", "int", 4096, "draft head rows: the N most frequent answer tokens (0 = full head)", min=0),
-    OptionSpec("conversations", "int", 512, "self-generated conversations", min=8),
-    OptionSpec("max_answer_tokens", "int", 256, "longest self-generated answer", min=8),
     OptionSpec("epochs", "int", 4, "passes over the training conversations", min=1),
     OptionSpec("lr", "float", 2e-3, "AdamW peak learning rate", min=0.0),
     OptionSpec("weight_decay", "float", 0.0, "AdamW weight decay", min=0.0),
     OptionSpec("seqs_per_step", "int", 8, "conversations per optimizer step", min=1),
     OptionSpec("topk", "int", 32, "soft labels keep the target's top-k probabilities", min=1, max=1024),
-    OptionSpec("held_out", "float", 0.05, "share of conversations held out for agreement", min=0.0, max=0.5),
-    OptionSpec("gen_batch", "int", 32, "conversations generated per batch", min=1),
     OptionSpec("init", "str", "layer", "adapter start: 'layer' = the target's layer-l attention, input norm "
                "and final norm; 'random' = a random block with unit norms", choices=("layer", "random")),
     OptionSpec("ffn", "bool", False, "ablation (paper Table 2): add a SwiGLU feed-forward block to the adapter, "
                "initialised from the target's layer l"),
     OptionSpec("head", "str", "shared", "ablation (paper Table 2): 'shared' = the target's LM head (the method); "
                "'own' = a trained copy of its draft-vocabulary rows", choices=("shared", "own")),
-    OptionSpec("seed", "int", 0, "seed for data sampling, split, and initialisation"),
-    OptionSpec("data", "str", "", "self-distillation data directory (default: a shared cache directory "
-               "named after the model and recipe; reused when it matches)"),
+    *sd.RECIPE_OPTIONS,
 ]
-
-
-def _settings(options: dict) -> sd.GenerationSettings:
-    return sd.GenerationSettings(conversations=options["conversations"],
-                                 max_answer_tokens=options["max_answer_tokens"],
-                                 batch_size=options["gen_batch"], seed=options["seed"],
-                                 capture_layers=(options["exit_layer"],), topk=options["topk"])
-
-
-def _data_dir(target: TargetModel, options: dict, s: sd.GenerationSettings) -> Path:
-    if options["data"]:
-        return Path(options["data"])
-    import hashlib
-    key = hashlib.sha1(json.dumps(s.text_key(), sort_keys=True).encode()).hexdigest()[:10]
-    return cache_root() / "selfdistill" / f"{target.name}-{key}"
+HELP = "self-distil a Kangaroo adapter (Magpie-style self-generated data, soft-label CE)"
 
 
 def _features(target, ds, meta, data_dir: Path, l: int, topk: int) -> dict[str, torch.Tensor]:
@@ -151,7 +133,6 @@ def _evaluate(target, adapter, batches, indices, rows, subset) -> dict:
 
 
 def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) -> dict:
-    from methods.kangaroo import Adapter, adapter_config, load_adapter, model_slug, save_adapter
     from tqdm import tqdm
 
     l = options["exit_layer"]
@@ -173,8 +154,8 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
     started = time.perf_counter()
 
     # 1. data
-    s = _settings(options)
-    data_dir = _data_dir(target, options, s)
+    s = sd.recipe(options, capture_layers=(l,), topk=options["topk"])
+    data_dir = sd.data_dir(target, options, s)
     ds, meta, reused = sd.load_or_generate(target, s, data_dir)
     t_data = time.perf_counter() - started
     feats = _features(target, ds, meta, data_dir, l, options["topk"])
@@ -296,6 +277,3 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
     return report
 
-
-SPEC = TrainerSpec("kangaroo", run, OPTIONS,
-                   help="self-distil a Kangaroo adapter (Magpie-style self-generated data, soft-label CE)")

@@ -1,0 +1,102 @@
+"""Medusa-1: K parallel heads on the target's last hidden state, single-sequence verification.
+
+Head k (k = 1..K) reads the normed final hidden state h_t that chose the current token x_{t+1}
+(``state.last_hidden``) and predicts x_{t+1+k}: the token k+1 positions after h_t's own. Each
+head is residual block(s) ``x + SiLU(W x + b)`` (W zero-initialised, so an untrained block is the
+identity) followed by its own LM head, initialised from the target's: the Medusa-1 architecture of
+github.com/FasterDecoding/Medusa, restated here. As in the Kangaroo paper's comparison there is
+no tree: the K top-1 tokens (greedy) or K tokens each sampled from its head's own distribution
+(sampling, handed over as q) form one draft sequence, verified by the engine in one full target
+forward and accepted by ``specharness.verify``; the drafter keeps no state between rounds.
+
+Heads come from ``-o heads_path=...``:
+  * a directory (or file) in the official Medusa-1 layout: ``medusa_lm_head.pt`` (a state dict of
+    an ``nn.ModuleList`` of ``nn.Sequential(ResBlock * layers, Linear(hidden, vocab))``, keys
+    ``{head}.{block}.linear.weight|bias`` and ``{head}.{layers}.weight``) beside a ``config.json``
+    with ``medusa_num_heads`` and ``medusa_num_layers``; ``medusa_lm_head.safetensors`` is read
+    too. A legacy checkpoint without the ``{head}.{layers}.weight`` keys uses the target's own LM
+    head. Loaded with ``torch.load(weights_only=True)``: no pickled code runs.
+  * ``random``: seeded untrained heads (random residual blocks, the target's shared LM head), for
+    losslessness tests: the output must not depend on the heads.
+  * empty (default): the heads ``python -m specharness train medusa`` cached for this target
+    under ``specharness.target.cache_root()/medusa/<model>``; if there are none, the run stops
+    with a one-line message that says how to train them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from specharness.engine import DecodeState, Proposal
+from specharness.errors import UsageError
+from specharness.options import OptionSpec
+
+from .checkpoint import CHECKPOINT_NAMES, _find_checkpoint, default_heads_dir, load_heads
+from .heads import MedusaHeads, random_heads
+
+OPTIONS = [
+    OptionSpec("heads", "int", 4, "Medusa heads used (head k drafts the k-th token after the current one)", min=1),
+    OptionSpec("heads_path", "str", "",
+               "official Medusa-1 checkpoint (dir with medusa_lm_head.pt + config.json), 'random' for "
+               "untrained seeded heads, or empty for the heads 'train medusa' cached for this model"),
+]
+
+
+def resolve_heads(target, options: dict) -> MedusaHeads:
+    n, raw = options["heads"], (options.get("heads_path") or "").strip()
+    if n < 1:
+        raise UsageError(f"option medusa.heads={n} must be at least 1")
+    if raw == "random":
+        key: tuple = ("medusa-heads", "random", n)
+    else:
+        path = Path(raw).expanduser() if raw else default_heads_dir(target)
+        if not raw and not any((path / c).is_file() for c in CHECKPOINT_NAMES):
+            raise UsageError(f"no Medusa heads for '{target.name}' (looked in {path}); train them with "
+                             "'python -m specharness train medusa', or pass -o heads_path=DIR (official "
+                             "Medusa-1 layout) or -o heads_path=random (untrained)")
+        file = _find_checkpoint(path)
+        key = ("medusa-heads", str(file.resolve()), file.stat().st_mtime_ns, n)
+    if key not in target.memo:  # loaded once per target: build and params both ask for them
+        target.memo[key] = random_heads(target, n) if raw == "random" else load_heads(path, target, n)
+    return target.memo[key]
+
+
+class MedusaDrafter:
+    exit_layer = 0  # drafts are verified by a full target forward from the embeddings
+
+    def __init__(self, target, heads: MedusaHeads) -> None:
+        self.target, self.heads = target, heads
+
+    def begin(self, state: DecodeState, prefill_hidden) -> None:
+        pass
+
+    def propose(self, state: DecodeState) -> Proposal:
+        k = min(self.heads.n_heads, state.max_draft)
+        if k <= 0:
+            return Proposal()
+        logits = self.heads.logits(state.last_hidden, self.target, k)  # [k, V]
+        if state.temperature > 0:
+            q = torch.softmax(logits.float() / state.temperature, dim=-1)
+            tokens = torch.multinomial(q, 1, generator=state.generator)[:, 0].tolist()
+        else:
+            q, tokens = None, logits.argmax(dim=-1).tolist()
+        eos = self.target.eos_ids
+        for i, tok in enumerate(tokens):
+            if tok in eos:  # nothing after an end of sequence can be kept
+                tokens = tokens[:i + 1]
+                q = q[:i + 1] if q is not None else None
+                break
+        return Proposal(tokens, q)
+
+    def commit(self, state: DecodeState, accepted: int) -> None:
+        pass
+
+
+def build(target, options: dict) -> MedusaDrafter:
+    return MedusaDrafter(target, resolve_heads(target, options))
+
+
+def extra_params(target, options: dict) -> int:
+    return resolve_heads(target, options).n_parameters

@@ -1,0 +1,89 @@
+"""Medusa-1 heads: K residual blocks ``x + SiLU(W x + b)`` on the last hidden state, each with its
+own LM head or the target's shared one (github.com/FasterDecoding/Medusa, restated).
+
+The module's ``state_dict`` is the official layout (``{i}.{j}.linear.*``, ``{i}.{layers}.weight``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+RANDOM_SEED = 1234
+
+
+class ResBlock(nn.Module):
+    """x + SiLU(W x + b); W starts at zero so the block starts as the identity."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(hidden, hidden)
+        nn.init.zeros_(self.linear.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + F.silu(self.linear(x))
+
+
+class MedusaHeads(nn.Module):
+    """K heads; ``own_head`` gives each its own LM head (trained heads), else the target's is used.
+
+    The module's ``state_dict`` is the official layout (``{i}.{j}.linear.*``, ``{i}.{layers}.weight``).
+    """
+
+    def __init__(self, hidden: int, vocab: int, n_heads: int, n_layers: int = 1,
+                 own_head: bool = True, init_head: torch.Tensor | None = None) -> None:
+        super().__init__()
+        self.hidden, self.vocab, self.n_layers, self.own_head = hidden, vocab, n_layers, own_head
+        heads = []
+        for _ in range(n_heads):
+            mods: list[nn.Module] = [ResBlock(hidden) for _ in range(n_layers)]
+            if own_head:
+                lm = nn.Linear(hidden, vocab, bias=False)
+                if init_head is not None:
+                    with torch.no_grad():
+                        lm.weight.copy_(init_head)
+                mods.append(lm)
+            heads.append(nn.Sequential(*mods))
+        self.heads = nn.ModuleList(heads)
+
+    @property
+    def n_heads(self) -> int:
+        return len(self.heads)
+
+    def state_dict_official(self) -> dict[str, torch.Tensor]:
+        return {k.removeprefix("heads."): v for k, v in self.state_dict().items()}
+
+    def load_official(self, sd: dict[str, torch.Tensor]) -> None:
+        self.heads.load_state_dict(sd)
+
+    def features(self, h: torch.Tensor, n: int | None = None) -> torch.Tensor:
+        """Residual-block outputs of the first ``n`` heads: [n, *h.shape]."""
+        out = []
+        for head in list(self.heads)[:n]:
+            x = h
+            for block in list(head)[:self.n_layers]:
+                x = block(x)
+            out.append(x)
+        return torch.stack(out)
+
+    def logits(self, h: torch.Tensor, target, n: int | None = None) -> torch.Tensor:
+        """[n, *h.shape[:-1], V]: head k's logits for the token k+1 positions after h's own."""
+        x = self.features(h, n)
+        if not self.own_head:
+            return target.head(x)
+        return torch.stack([head[-1](x[i]) for i, head in enumerate(list(self.heads)[:x.shape[0]])])
+
+    @property
+    def n_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def random_heads(target, n_heads: int, n_layers: int = 1, seed: int = RANDOM_SEED) -> MedusaHeads:
+    """Seeded untrained heads: random residual blocks on the target's shared head (no copy)."""
+    heads = MedusaHeads(target.hidden_size, target.vocab_size, n_heads, n_layers, own_head=False)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in heads.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.5 / p.shape[-1] ** 0.5)
+    return heads.to(dtype=target.dtype, device=target.device).eval().requires_grad_(False)
