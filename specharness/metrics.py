@@ -17,127 +17,79 @@
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable
 
+from .records import QuestionRecord
 
-def _choice(rec: dict) -> dict:
-    return rec["choices"][0]
-
-
-def tokens(rec: dict) -> int:
-    return sum(_choice(rec)["new_tokens"])
+Records = Iterable[QuestionRecord]
 
 
-def repeat_times(rec: dict) -> list[float]:
-    """Total time (all turns) of each timed repeat of a question."""
-    ch = _choice(rec)
-    reps = ch.get("wall_time_repeats")
-    if not reps or not all(reps):
-        return [float(sum(ch["wall_time"]))]
-    n = min(len(r) for r in reps)
-    return [float(sum(turn[i] for turn in reps)) for i in range(n)]
-
-
-def wall_time(rec: dict) -> float:
-    """A question's time: the median over its timed repeats of the repeat's total (all turns).
-
-    A repeat runs every turn of the question, so the median of repeat totals is the question's
-    time; with one repeat it is the sum of the turns' wall times.
-    """
-    return float(statistics.median(repeat_times(rec)))
-
-
-def tokens_per_s(rec: dict) -> float:
-    t = wall_time(rec)
-    return tokens(rec) / t if t > 0 else float("nan")
-
-
-def rounds(rec: dict) -> list[tuple[int, int]]:
-    """(drafted, accepted) of every verification round of every turn (prefill excluded)."""
-    out = []
-    for turn in _choice(rec)["rounds"]:
-        out.extend(zip(turn["drafted"][1:], turn["accepted"][1:]))
-    return out
-
-
-def forwards(rec: dict) -> int:
-    return sum(len(turn["drafted"]) for turn in _choice(rec)["rounds"])
-
-
-def compression_rate(records: Iterable[dict]) -> float:
+def compression_rate(records: Records) -> float:
     records = list(records)
-    f = sum(forwards(r) for r in records)
-    return sum(tokens(r) for r in records) / f if f else float("nan")
+    f = sum(r.forwards for r in records)
+    return sum(r.tokens for r in records) / f if f else float("nan")
 
 
-def ctar(records: Iterable[dict], w: int) -> float:
-    rs = [a for r in records for _, a in rounds(r)]
+def ctar(records: Records, w: int) -> float:
+    rs = [a for r in records for _, a in r.verification_rounds()]
     return sum(a >= w for a in rs) / len(rs) if rs else float("nan")
 
 
-def mean_draft_length(records: Iterable[dict]) -> float:
-    rs = [d for r in records for d, _ in rounds(r)]
+def mean_draft_length(records: Records) -> float:
+    rs = [d for r in records for d, _ in r.verification_rounds()]
     return sum(rs) / len(rs) if rs else float("nan")
 
 
-def acceptance_by_position(records: Iterable[dict], max_pos: int) -> list[float]:
+def longest_draft(records: Records) -> int:
+    return max((d for r in records for d, _ in r.verification_rounds()), default=0)
+
+
+def acceptance_by_position(records: Records, max_pos: int) -> list[float]:
     """P(draft i accepted | draft i proposed and drafts < i accepted), i = 1..max_pos."""
     proposed, taken = [0] * max_pos, [0] * max_pos
     for r in records:
-        for d, a in rounds(r):
+        for d, a in r.verification_rounds():
             for i in range(min(d, a + 1, max_pos)):
                 proposed[i] += 1
                 taken[i] += i < a
     return [t / p if p else float("nan") for t, p in zip(taken, proposed)]
 
 
-def throughput(records: Iterable[dict]) -> float:
+def throughput(records: Records) -> float:
     """Total tokens / total time over a set of questions."""
     records = list(records)
-    t = sum(wall_time(r) for r in records)
-    return sum(tokens(r) for r in records) / t if t > 0 else float("nan")
+    t = sum(r.time for r in records)
+    return sum(r.tokens for r in records) / t if t > 0 else float("nan")
 
 
-def speedup(method: Iterable[dict], vanilla: Iterable[dict]) -> float:
+def speedup(method: Records, vanilla: Records) -> float:
     """Throughput ratio on the questions both sets share."""
-    v = {r["question_id"]: r for r in vanilla}
-    m = [r for r in method if r["question_id"] in v]
+    v = {r.question_id: r for r in vanilla}
+    m = [r for r in method if r.question_id in v]
     if not m:
         return float("nan")
-    return throughput(m) / throughput(v[r["question_id"]] for r in m)
+    return throughput(m) / throughput(v[r.question_id] for r in m)
 
 
-def ctar_curve(records: Iterable[dict], max_w: int | None = None) -> list[float]:
+def ctar_curve(records: Records, max_w: int | None = None) -> list[float]:
     """CTAR(w) for w = 1..max_w (default: the longest draft any round proposed)."""
     records = list(records)
     if max_w is None:
-        max_w = max((d for r in records for d, _ in rounds(r)), default=0)
+        max_w = longest_draft(records)
     return [ctar(records, w) for w in range(1, max_w + 1)]
 
 
-def acceptance_rate(records: Iterable[dict]) -> float:
+def acceptance_rate(records: Records) -> float:
     """Accepted / drafted tokens over all verification rounds (per drafted token)."""
-    rs = [dr for r in records for dr in rounds(r)]
+    rs = [dr for r in records for dr in r.verification_rounds()]
     drafted = sum(d for d, _ in rs)
     return sum(a for _, a in rs) / drafted if drafted else float("nan")
 
 
-def _round_times(rec: dict) -> list[tuple[int, int, float, float, float]]:
-    """(drafted, accepted, draft_s, verify_s, accept_s) of every verification round (prefill excluded)."""
-    out = []
-    for turn in _choice(rec)["rounds"]:
-        cols = [turn.get(k) for k in ("draft_s", "verify_s", "accept_s")]
-        if any(c is None for c in cols):
-            continue
-        out.extend(zip(turn["drafted"][1:], turn["accepted"][1:], cols[0][1:], cols[1][1:], cols[2][1:]))
-    return out
-
-
-def time_breakdown(records: Iterable[dict]) -> dict[str, float]:
+def time_breakdown(records: Records) -> dict[str, float]:
     """Seconds spent drafting, verifying and accepting, summed over verification rounds, and
     their per-round and per-drafted-token means (nan where a count is zero)."""
-    rt = [x for r in records for x in _round_times(r)]
+    rt = [x for r in records for x in r.timed_rounds()]
     n, drafted = len(rt), sum(x[0] for x in rt)
     draft, verify, accept = (sum(x[i] for x in rt) for i in (2, 3, 4))
     nan = float("nan")
@@ -150,18 +102,18 @@ def time_breakdown(records: Iterable[dict]) -> dict[str, float]:
     }
 
 
-def vanilla_step_cost(vanilla: Iterable[dict]) -> float:
+def vanilla_step_cost(vanilla: Records) -> float:
     """Seconds of one vanilla decoding step: mean (draft + verify + accept) time of its rounds."""
     return time_breakdown(vanilla)["round_s"]
 
 
-def draft_cost_ratio(records: Iterable[dict], vanilla: Iterable[dict]) -> float:
+def draft_cost_ratio(records: Records, vanilla: Records) -> float:
     """Time of one draft step (per drafted token) / time of one vanilla step."""
     c_v = vanilla_step_cost(vanilla)
     return time_breakdown(records)["draft_s_per_token"] / c_v if c_v and c_v > 0 else float("nan")
 
 
-def break_even_acceptance(records: Iterable[dict], vanilla: Iterable[dict], full: bool = False) -> float:
+def break_even_acceptance(records: Records, vanilla: Records, full: bool = False) -> float:
     """Acceptance rate per drafted token at which the method only breaks even with vanilla.
 
     Draft-only (``full=False``, the paper's (l + 1.5)/L-style bound): a drafted token costs
@@ -184,12 +136,6 @@ def break_even_acceptance(records: Iterable[dict], vanilla: Iterable[dict], full
     return (tb["round_s"] / c_v - 1) / k
 
 
-def _prefill_s(rec: dict) -> float:
-    """Seconds of the prefill rounds (one per turn) of a question."""
-    return sum(turn[k][0] for turn in _choice(rec)["rounds"] for k in ("draft_s", "verify_s", "accept_s")
-               if turn.get(k))
-
-
 def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """Least-squares (intercept, slope); with one distinct x the line goes through the origin."""
     n = len(xs)
@@ -201,7 +147,7 @@ def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - slope * mx, slope
 
 
-def cost_model(records: Iterable[dict], vanilla: Iterable[dict]) -> dict:
+def cost_model(records: Records, vanilla: Records) -> dict:
     """What the per-step costs and the measured acceptance predict, beside the measured speedup.
 
     Costs fitted over the method's verification rounds: draft seconds = a + b k (b = one draft
@@ -215,10 +161,10 @@ def cost_model(records: Iterable[dict], vanilla: Iterable[dict]) -> dict:
     """
     records, vanilla = list(records), list(vanilla)
     nan = float("nan")
-    v = {r["question_id"]: r for r in vanilla}
-    shared = [r for r in records if r["question_id"] in v]
-    rt = [x for r in shared for x in _round_times(r)]
-    vt = [x for r in vanilla for x in _round_times(r)]
+    v = {r.question_id: r for r in vanilla}
+    shared = [r for r in records if r.question_id in v]
+    rt = [x for r in shared for x in r.timed_rounds()]
+    vt = [x for r in vanilla for x in r.timed_rounds()]
     if not rt or not vt or not any(x[0] for x in rt) or not any(x[2] for x in rt):
         return {}
     a, b = _line([x[0] for x in rt], [x[2] for x in rt])
@@ -228,8 +174,8 @@ def cost_model(records: Iterable[dict], vanilla: Iterable[dict]) -> dict:
     by_k: dict[int, list[float]] = {}
     for x in rt:
         by_k.setdefault(x[0], []).append(x[3])
-    pred_m = sum(_prefill_s(r) + sum(a + b * k + g + h * (k + 1) + c for k, *_ in _round_times(r)) for r in shared)
-    pred_v = sum(_prefill_s(v[r["question_id"]]) + (tokens(v[r["question_id"]]) - 1) * t_v for r in shared)
+    pred_m = sum(r.prefill_s + sum(a + b * k + g + h * (k + 1) + c for k, *_ in r.timed_rounds()) for r in shared)
+    pred_v = sum(v[r.question_id].prefill_s + (v[r.question_id].tokens - 1) * t_v for r in shared)
     measured = speedup(shared, vanilla)
     predicted = pred_v / pred_m if pred_m > 0 else nan
     return {

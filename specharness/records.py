@@ -1,13 +1,25 @@
-"""The records that flow from the engine to result files to metrics."""
+"""The records that flow from the engine to result files to metrics, and typed readers for them.
+
+Writing: the engine makes ``Round``s and a ``Generation`` per turn; the runner gathers a question's
+turns in a ``QuestionResult``; ``results.question_record`` turns that into a Spec-Bench answer line.
+Reading: ``QuestionRecord.from_json`` gives that line back as typed fields, so metrics, statistics,
+summary, report and lossless never walk raw JSON (``rec["choices"][0]...``).
+"""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
+from typing import Any, Iterator
 
 
 @dataclass
 class Round:
-    """One target forward: the prefill (drafted = 0) or one draft -> verify -> accept round."""
+    """One target forward: the prefill (drafted = 0) or one draft -> verify -> accept round.
+
+    ``drafted`` counts the tokens the target verified besides the current one (a chain's length or
+    a tree's nodes); ``accepted`` the drafts kept (the accepted path's length, never past an eos).
+    """
 
     drafted: int
     accepted: int
@@ -39,3 +51,93 @@ class QuestionResult:
     truncated: list[bool] = field(default_factory=list)
     seed: int = 0
     wall_time_repeats: list[list[float]] = field(default_factory=list)  # per turn, every timed repeat
+
+
+# ---- reading ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TurnRounds:
+    """One turn's rounds as stored: index 0 is the prefill; timings may be absent in foreign files."""
+
+    drafted: list[int]
+    accepted: list[int]
+    draft_s: list[float] | None = None
+    verify_s: list[float] | None = None
+    accept_s: list[float] | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "TurnRounds":
+        return cls(d["drafted"], d["accepted"], d.get("draft_s"), d.get("verify_s"), d.get("accept_s"))
+
+    @property
+    def timed(self) -> bool:
+        return None not in (self.draft_s, self.verify_s, self.accept_s)
+
+    def seconds(self, i: int) -> float:
+        """Draft + verify + accept seconds of round ``i`` (0 when untimed)."""
+        return (self.draft_s[i] + self.verify_s[i] + self.accept_s[i]) if self.timed else 0.0
+
+
+@dataclass(frozen=True)
+class QuestionRecord:
+    """One line of a result file: a question under one method, every turn."""
+
+    question_id: int | str
+    subtask: str
+    category: str = ""
+    method: str = ""
+    turns: list[str] = field(default_factory=list)
+    token_ids: list[list[int]] = field(default_factory=list)
+    new_tokens: list[int] = field(default_factory=list)
+    wall_time: list[float] = field(default_factory=list)
+    wall_time_repeats: list[list[float]] = field(default_factory=list)
+    rounds: list[TurnRounds] = field(default_factory=list)
+    stop: list[str] = field(default_factory=list)
+    truncated: list[bool] = field(default_factory=list)
+    seed: int = 0
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "QuestionRecord":
+        ch = d["choices"][0]
+        return cls(d["question_id"], d.get("subtask", d.get("category", "")), d.get("category", ""),
+                   d.get("method", ""), ch.get("turns", []), ch.get("token_ids", []), ch["new_tokens"],
+                   ch["wall_time"], ch.get("wall_time_repeats") or [], [TurnRounds.from_json(t) for t in ch["rounds"]],
+                   ch.get("stop", []), d.get("truncated", []), d.get("seed", 0))
+
+    @property
+    def tokens(self) -> int:
+        """Generated tokens over every turn."""
+        return int(sum(self.new_tokens))
+
+    @property
+    def forwards(self) -> int:
+        """Target forwards over every turn (each round, the prefill included, is one)."""
+        return sum(len(t.drafted) for t in self.rounds)
+
+    def repeat_times(self) -> list[float]:
+        """Total time (all turns) of each timed repeat."""
+        reps = self.wall_time_repeats
+        if not reps or not all(reps):
+            return [float(sum(self.wall_time))]
+        n = min(len(r) for r in reps)
+        return [float(sum(turn[i] for turn in reps)) for i in range(n)]
+
+    @property
+    def time(self) -> float:
+        """The question's time: the median over its timed repeats of the repeat's total (all turns)."""
+        return float(statistics.median(self.repeat_times()))
+
+    def verification_rounds(self) -> Iterator[tuple[int, int]]:
+        """(drafted, accepted) of every verification round of every turn (the prefill left out)."""
+        for t in self.rounds:
+            yield from zip(t.drafted[1:], t.accepted[1:])
+
+    def timed_rounds(self) -> Iterator[tuple[int, int, float, float, float]]:
+        """(drafted, accepted, draft_s, verify_s, accept_s) of every timed verification round."""
+        for t in self.rounds:
+            if t.timed:
+                yield from zip(t.drafted[1:], t.accepted[1:], t.draft_s[1:], t.verify_s[1:], t.accept_s[1:])
+
+    @property
+    def prefill_s(self) -> float:
+        """Seconds of the prefill rounds (one per turn)."""
+        return sum(t.seconds(0) for t in self.rounds if t.drafted)

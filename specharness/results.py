@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import UsageError
-from .records import Generation, QuestionResult
+from .records import Generation, QuestionRecord, QuestionResult
 
 FORMAT = "specharness-result/1"
 # settings that must match for a resumed file or a vanilla baseline to be comparable
@@ -155,12 +155,17 @@ def read_meta(path: Path) -> dict[str, Any]:
         raise UsageError(f"{mp} is not valid JSON ({exc.msg}, line {exc.lineno}); restore or delete it") from None
 
 
-def read_results(path: Path | str) -> tuple[dict[str, Any], list[dict]]:
-    """(header, question records) of one result file."""
+def read_results(path: Path | str) -> tuple[dict[str, Any], list[QuestionRecord]]:
+    """(header, typed question records) of one result file."""
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"result file '{path}' does not exist")
-    return read_meta(path), _read_lines(path)[0]
+    meta = read_meta(path)
+    try:
+        return meta, [QuestionRecord.from_json(d) for d in _read_lines(path)[0]]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise UsageError(f"{path} holds a line that is not a specharness question record ({type(exc).__name__}: "
+                         f"{exc}); was it written by another tool?") from None
 
 
 def iter_result_files(directory: Path) -> Iterator[Path]:

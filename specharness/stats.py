@@ -31,7 +31,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from . import metrics
+from .records import QuestionRecord
 
 CV_LIMIT = 0.10
 MIN_QUESTIONS = 5  # below this a bootstrap interval is printed but called rough
@@ -40,21 +40,7 @@ N_RESAMPLES = 4999
 SEED = 12345  # bootstrap resampling is seeded: the same files always give the same intervals
 
 
-# ---- per-question folding -------------------------------------------------------------------
-repeat_times = metrics.repeat_times
-question_time = metrics.wall_time  # median over repeats of the repeat's total time
-
-
-
-
-def question_tokens(rec: dict) -> int:
-    return int(sum(rec["choices"][0]["new_tokens"]))
-
-
-def question_forwards(rec: dict) -> int:
-    return int(sum(len(t["drafted"]) for t in rec["choices"][0]["rounds"]))
-
-
+# ---- per-question folding (a question's tokens, forwards and time: QuestionRecord) --------------
 def coefficient_of_variation(values: Sequence[float]) -> float:
     """Sample std / mean; 0 for a single value (nothing to vary)."""
     if len(values) < 2:
@@ -63,8 +49,8 @@ def coefficient_of_variation(values: Sequence[float]) -> float:
     return float(np.std(values, ddof=1) / m) if m > 0 else float("nan")
 
 
-def timing_cv(rec: dict) -> float:
-    return coefficient_of_variation(repeat_times(rec))
+def timing_cv(rec: QuestionRecord) -> float:
+    return coefficient_of_variation(rec.repeat_times())
 
 
 @dataclass
@@ -79,11 +65,11 @@ class Stability:
         return bool(self.unstable)
 
 
-def unstable_timings(records: Iterable[dict], limit: float = CV_LIMIT) -> Stability:
+def unstable_timings(records: Iterable[QuestionRecord], limit: float = CV_LIMIT) -> Stability:
     """Questions whose timed repeats vary by more than ``limit`` (coefficient of variation)."""
     records = list(records)
-    cvs = [(r["question_id"], timing_cv(r)) for r in records]
-    reps = min((len(repeat_times(r)) for r in records), default=0)
+    cvs = [(r.question_id, timing_cv(r)) for r in records]
+    reps = min((len(r.repeat_times()) for r in records), default=0)
     bad = [q for q, cv in cvs if cv > limit]
     return Stability(len(records), reps, bad, max((cv for _, cv in cvs), default=0.0))
 
@@ -152,14 +138,14 @@ class Paired:
         return len(self.ids)
 
 
-def pair(method: Iterable[dict], baseline: Iterable[dict]) -> Paired:
+def pair(method: Iterable[QuestionRecord], baseline: Iterable[QuestionRecord]) -> Paired:
     """Match question records by id (records only one side has are left out)."""
-    base = {r["question_id"]: r for r in baseline}
-    m = [r for r in method if r["question_id"] in base]
-    b = [base[r["question_id"]] for r in m]
-    return Paired([r["question_id"] for r in m],
-                  np.array([question_tokens(r) for r in m], float), np.array([question_time(r) for r in m], float),
-                  np.array([question_tokens(r) for r in b], float), np.array([question_time(r) for r in b], float))
+    base = {r.question_id: r for r in baseline}
+    m = [r for r in method if r.question_id in base]
+    b = [base[r.question_id] for r in m]
+    return Paired([r.question_id for r in m],
+                  np.array([r.tokens for r in m], float), np.array([r.time for r in m], float),
+                  np.array([r.tokens for r in b], float), np.array([r.time for r in b], float))
 
 
 def ratio_of_throughputs(tok_m, t_m, tok_v, t_v, axis=-1):
@@ -222,26 +208,25 @@ def ratio_ci(num: Sequence[float], den: Sequence[float], confidence: float = CON
     return _bootstrap((num, den), _ratio, float(num.sum() / den.sum()), True, confidence, n_resamples, seed)
 
 
-def cr_ci(records: Iterable[dict], **kw) -> Estimate:
+def cr_ci(records: Iterable[QuestionRecord], **kw) -> Estimate:
     """Compression rate (tokens / target forwards) with a bootstrap interval over questions."""
     records = list(records)
-    return ratio_ci([question_tokens(r) for r in records], [question_forwards(r) for r in records], **kw)
+    return ratio_ci([r.tokens for r in records], [r.forwards for r in records], **kw)
 
 
-def mean_cr_ci(strata: Sequence[Iterable[dict]], **kw) -> Estimate:
+def mean_cr_ci(strata: Sequence[Iterable[QuestionRecord]], **kw) -> Estimate:
     """Mean over subtasks of each subtask's CR, stratified bootstrap."""
     arrays = []
     for recs in strata:
         recs = list(recs)
-        arrays.append((np.array([question_tokens(r) for r in recs], float),
-                       np.array([question_forwards(r) for r in recs], float)))
+        arrays.append((np.array([r.tokens for r in recs], float), np.array([r.forwards for r in recs], float)))
     return mean_over_strata_ci(arrays, _ratio, **kw)
 
 
-def throughput_ci(records: Iterable[dict], **kw) -> Estimate:
+def throughput_ci(records: Iterable[QuestionRecord], **kw) -> Estimate:
     """Tokens/s (total tokens / total median time) with a bootstrap interval over questions."""
     records = list(records)
-    return ratio_ci([question_tokens(r) for r in records], [question_time(r) for r in records], **kw)
+    return ratio_ci([r.tokens for r in records], [r.time for r in records], **kw)
 
 
 # ---- paired test -------------------------------------------------------------------------------
@@ -260,7 +245,7 @@ class PairedTest:
         return math.exp(-self.median_log_ratio) if math.isfinite(self.median_log_ratio) else float("nan")
 
 
-def paired_test(a: Iterable[dict], b: Iterable[dict]) -> PairedTest:
+def paired_test(a: Iterable[QuestionRecord], b: Iterable[QuestionRecord]) -> PairedTest:
     """Is method A faster than method B on the questions both ran? (see the module docstring)"""
     from scipy.stats import wilcoxon
     p = pair(a, b)

@@ -7,11 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import metrics, stats
+from .records import QuestionRecord
 from .results import BASELINE_IDENTITY, iter_result_files, read_results
-from tasks.specbench import SUBTASKS
+from .tasks.specbench import SUBTASKS
 
 
-def find_baseline(path: Path, meta: dict, candidates: list[Path]) -> list[dict] | None:
+def find_baseline(path: Path, meta: dict, candidates: list[Path]) -> list[QuestionRecord] | None:
     """Vanilla records for the same model and settings: from this run, else beside the file."""
     pool = [p for p in candidates if p != path] + [p for p in iter_result_files(path.parent) if p not in candidates]
     for p in pool:
@@ -27,15 +28,15 @@ def summary_rows(paths: list[Path], questions: list | None = None) -> list[dict]
         meta, records = read_results(path)
         if questions is not None:
             wanted = set(questions)
-            records = [r for r in records if r["question_id"] in wanted]
+            records = [r for r in records if r.question_id in wanted]
         base = None if meta.get("method") == "vanilla" else find_baseline(path, meta, paths)
         for sub in (*SUBTASKS, "overall"):
-            recs = [r for r in records if sub == "overall" or r.get("subtask") == sub]
+            recs = [r for r in records if sub == "overall" or r.subtask == sub]
             if not recs:
                 continue
             if base:
                 if sub == "overall":  # the paper's Avg.: mean of the subtask speedups
-                    strata = [stats.pair([r for r in recs if r.get("subtask") == t], base) for t in SUBTASKS]
+                    strata = [stats.pair([r for r in recs if r.subtask == t], base) for t in SUBTASKS]
                     sp = stats.mean_speedup_ci(strata)
                 else:
                     sp = stats.speedup_ci(stats.pair(recs, base))
@@ -44,8 +45,8 @@ def summary_rows(paths: list[Path], questions: list | None = None) -> list[dict]
             else:
                 sp = None
             stab = stats.unstable_timings(recs)
-            ids = {r["question_id"] for r in recs}
-            base_stab = stats.unstable_timings([r for r in base if r["question_id"] in ids]) if base else None
+            ids = {r.question_id for r in recs}
+            base_stab = stats.unstable_timings([r for r in base if r.question_id in ids]) if base else None
             rows.append({
                 "method": meta.get("label") or meta["method"], "subtask": sub, "questions": len(recs),
                 "tokens_per_s": metrics.throughput(recs), "cr": metrics.compression_rate(recs),

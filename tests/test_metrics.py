@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from dataclasses import replace
+
 from specharness import metrics
+from specharness.records import QuestionRecord
 
 # One turn: prefill, then rounds drafting 3, 3, 2, 0 tokens and accepting 3, 1, 0, 0.
 # Tokens: 1 (prefill) + 4 + 2 + 1 + 1 = 9; target forwards = 5 rounds.
@@ -19,9 +22,9 @@ def record(qid=1, drafted=DRAFTED, accepted=ACCEPTED, draft_s=DRAFT_S, verify_s=
            turns=1, time=1.0):
     tokens = 1 + sum(a + 1 for a in accepted[1:])
     turn = {"drafted": drafted, "accepted": accepted, "draft_s": draft_s, "verify_s": verify_s, "accept_s": accept_s}
-    return {"question_id": qid, "subtask": "math_reasoning", "choices": [{
+    return QuestionRecord.from_json({"question_id": qid, "subtask": "math_reasoning", "choices": [{
         "new_tokens": [tokens] * turns, "wall_time": [time] * turns, "wall_time_repeats": [[time]] * turns,
-        "rounds": [turn] * turns}]}
+        "rounds": [turn] * turns}]})
 
 
 def vanilla_record(n=10, step=0.02):
@@ -31,8 +34,8 @@ def vanilla_record(n=10, step=0.02):
 
 def test_tokens_forwards_and_cr():
     r = record()
-    assert metrics.tokens(r) == 9
-    assert metrics.forwards(r) == 5
+    assert r.tokens == 9
+    assert r.forwards == 5
     assert metrics.compression_rate([r]) == pytest.approx(9 / 5)
     two = record(turns=2)
     assert metrics.compression_rate([r, two]) == pytest.approx(27 / 15)
@@ -100,7 +103,7 @@ def test_speedup_and_question_time_use_median_of_repeat_totals():
     m = record(qid=1, time=1.0)
     v = record(qid=1, time=2.0)
     assert metrics.speedup([m], [v]) == pytest.approx(2.0)
-    m["choices"][0]["wall_time_repeats"] = [[1.0, 3.0, 2.0]]
-    assert metrics.wall_time(m) == 2.0
+    m = replace(m, wall_time_repeats=[[1.0, 3.0, 2.0]])
+    assert m.time == 2.0
     assert metrics.speedup([m], [v]) == pytest.approx(1.0)
     assert metrics.speedup([record(qid=2)], [v]) != metrics.speedup([record(qid=2)], [v])  # nan: no shared ids

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from specharness import stats
+from specharness.records import QuestionRecord
 
 
 def rec(qid, times_per_turn, tokens_per_turn=(100,), drafted=None, accepted=None):
@@ -20,9 +21,9 @@ def rec(qid, times_per_turn, tokens_per_turn=(100,), drafted=None, accepted=None
         a = accepted or [0] * tokens[t]
         rounds.append({"drafted": d, "accepted": a, "draft_s": [0.0] * len(d), "verify_s": [0.0] * len(d),
                        "accept_s": [0.0] * len(d)})
-    return {"question_id": qid, "subtask": "qa", "choices": [{
+    return QuestionRecord.from_json({"question_id": qid, "subtask": "qa", "choices": [{
         "new_tokens": tokens, "wall_time": [float(np.median(r)) for r in times_per_turn],
-        "wall_time_repeats": [list(r) for r in times_per_turn], "rounds": rounds}]}
+        "wall_time_repeats": [list(r) for r in times_per_turn], "rounds": rounds}]})
 
 
 def synthetic(n, true_speedup, noise, seed, repeats=3):
@@ -76,7 +77,7 @@ def test_more_questions_narrow_the_interval():
 def test_pairing_uses_shared_questions_only():
     meth, van = synthetic(10, 2.0, 0.0, seed=7)
     p = stats.pair(meth[:6], van)
-    assert p.ids == [r["question_id"] for r in meth[:6]]
+    assert p.ids == [r.question_id for r in meth[:6]]
     assert stats.speedup_ci(p).value == pytest.approx(2.0, rel=0.05)
 
 
@@ -101,8 +102,8 @@ def test_mean_over_subtasks_and_its_interval():
 def test_repeats_are_folded_by_median_of_repeat_totals():
     r = rec("q", [[1.0, 5.0, 2.0], [1.0, 1.0, 9.0]], tokens_per_turn=(10,))
     # repeat totals 2, 6, 11 -> median 6 (not 2 + 1 = 3 from per-turn medians)
-    assert stats.repeat_times(r) == [2.0, 6.0, 11.0]
-    assert stats.question_time(r) == 6.0
+    assert r.repeat_times() == [2.0, 6.0, 11.0]
+    assert r.time == 6.0
 
 
 def test_unstable_timings_are_flagged():
