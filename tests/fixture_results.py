@@ -15,9 +15,13 @@ from pathlib import Path
 
 from specharness.records import Generation, QuestionResult, Round
 from specharness.results import FORMAT, meta_path, question_record
-from tasks.specbench import SUBTASKS
+from specharness.tasks.specbench import SUBTASKS
 
 STEP = 0.02  # seconds of one vanilla step
+# option defaults as the real methods declare them; run headers record them (``option_defaults``)
+DEFAULTS = {"vanilla": {}, "early_exit": {"exit_layer": 2, "gamma": 6, "eta": 0.0},
+            "kangaroo": {"exit_layer": 2, "eta": 0.6, "gamma": 6, "adapter": "", "draft_vocab": -1},
+            "kangaroo-oracle": {"exit_layer": 2, "gamma": 6, "adapter": "", "draft_vocab": -1}}
 
 
 def simulate_turn(rng: random.Random, tokens: int, gamma: int, accept: float, draft_cost: float,
@@ -49,6 +53,7 @@ def write_run(path: Path, method: str, options: dict, questions: list[tuple], ga
             "dtype": "float32", "device": "cpu", "threads": 1, "method": method, "options": options,
             "verifier": "greedy", "max_new_tokens": tokens, "temperature": temperature, "seed": 0,
             "repeats": repeats, "warmup": 0, "extra_params": extra_params, "target_params": 134_515_008,
+            "option_defaults": DEFAULTS.get(method, {}),
             "created": "2026-01-01T00:00:00"}
     path.parent.mkdir(parents=True, exist_ok=True)
     meta_path(path).write_text(json.dumps(meta, indent=1))

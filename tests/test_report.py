@@ -49,7 +49,7 @@ def test_table1_numbers_match_the_statistics(built):
     files, out, data = built
     _, kang = read_results(files["kangaroo"])
     _, van = read_results(files["vanilla"])
-    math_recs = [r for r in kang if r["subtask"] == "math_reasoning"]
+    math_recs = [r for r in kang if r.subtask == "math_reasoning"]
     expected = stats.speedup_ci(stats.pair(math_recs, van))
     row = data["table1"][next(k for k in data["table1"] if k.startswith("kangaroo (") and "adapter=default" in k
                               and "eta=0.6" in k and "gamma=6" in k and "exit_layer=2" in k)]
@@ -93,7 +93,7 @@ def test_detail_table_has_every_subtask_with_intervals(built):
     _, kang = read_results(files["kangaroo"])
     d = data["detail"][next(k for k in data["detail"] if "adapter=default" in k)]
     assert set(d) == {"multi_turn", "translation", "summarization", "qa", "math_reasoning", "rag", "overall"}
-    math_recs = [r for r in kang if r["subtask"] == "math_reasoning"]
+    math_recs = [r for r in kang if r.subtask == "math_reasoning"]
     assert d["math_reasoning"]["ctar"][:2] == pytest.approx([metrics.ctar(math_recs, 1), metrics.ctar(math_recs, 2)])
     assert len(d["overall"]["ctar"]) == 6  # w = 1..gamma
     tps = d["overall"]["tokens_per_s"]
