@@ -161,7 +161,7 @@ def cmd_run(args, methods_arg: list[str]) -> int:
     from .runner import Settings, build_method, check_settings, resolve_verifier, run_all
     from .summary import print_summary
     from .timing import instrumentation_cost_s
-    from tasks.specbench import describe_selection, find_question_file, load_questions, parse_subtasks, select, \
+    from .tasks.specbench import describe_selection, find_question_file, load_questions, parse_subtasks, select, \
         sha256_of
 
     settings = Settings(args.max_new_tokens, args.temperature, args.seed, args.repeats, args.warmup)
@@ -202,7 +202,8 @@ def cmd_run(args, methods_arg: list[str]) -> int:
 
     def header(m) -> dict:
         return provenance(model=target.name, model_source=target.source, dtype=args.dtype, device=args.device,
-                          threads=threads, method=m.name, label=m.label, options=m.options, verifier=m.verifier,
+                          threads=threads, method=m.name, label=m.label, options=m.options,
+                          option_defaults=m.defaults, options_changed=m.changed, verifier=m.verifier,
                           max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
                           seed=settings.seed, repeats=settings.repeats, warmup=settings.warmup,
                           question_file=str(source.path), question_source=source.origin,
@@ -256,8 +257,9 @@ def cmd_run(args, methods_arg: list[str]) -> int:
     observer = Observer()
     registry.pm.register(observer, name="cli-observer")
     hook = registry.pm.hook
-    on_round = (lambda rd: hook.specharness_round(record=rd)) if _has_round_observers(registry) else None
-    cost = instrumentation_cost_s(args.device, on_round)
+    on_round = ((lambda rd, ctx: hook.specharness_round(record=rd, context=ctx)) if _has_round_observers(registry)
+                else None)
+    cost = instrumentation_cost_s(args.device)
     for w in writers.values():
         w.update_meta(instrumentation_s_per_round=cost)
     try:
@@ -296,7 +298,7 @@ def _vanilla_baseline(directory: Path, meta: dict, questions: list, default_name
     for p in iter_result_files(directory):
         other, records = read_results(p)
         if other.get("method") == "vanilla" and not other.get("options") and same_baseline(other, meta):
-            have = len(wanted & {r["question_id"] for r in records})
+            have = len(wanted & {r.question_id for r in records})
             if best is None or have > best[1]:
                 best = (p, have)
     if best:
@@ -314,7 +316,7 @@ def _has_round_observers(registry) -> bool:
 
 def cmd_list(args) -> int:
     from .plugins import build_registry
-    from tasks.specbench import SUBTASKS
+    from .tasks.specbench import SUBTASKS
     reg = build_registry(args.plugin)
     print("methods:")
     for name in reg.methods:

@@ -1,8 +1,9 @@
 """The plugin contract (pluggy, project name ``specharness``): every hook in one module.
 
 A plugin is a plain module (or object) with ``@hookimpl`` functions named as below. Built-ins
-live in ``methods/`` and ``specharness/verify.py``; third parties register through the entry-point
-group ``specharness`` or ``--plugin MODULE_OR_FILE.py``.
+(``specharness.verify``, ``specharness.methods.*``) and third parties alike register through the
+entry-point group ``specharness`` (or ``--plugin MODULE_OR_FILE.py``); report sections through
+``specharness.report``. A misspelt hook name is an error, not a silent no-op.
 """
 
 from __future__ import annotations
@@ -16,6 +17,17 @@ from .options import OptionSpec
 
 if TYPE_CHECKING:
     from .records import QuestionResult, Round
+    from .report.runs import Run
+    from .report.sections import Section
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """Where a round happened: the method (its label in a comparison), the question and the turn."""
+
+    method: str
+    question_id: int | str
+    turn: int  # 0-based
 
 hookspec = pluggy.HookspecMarker("specharness")
 hookimpl = pluggy.HookimplMarker("specharness")
@@ -88,9 +100,17 @@ class Hooks:
         """Trainers for the parameters a drafter needs (adapters, heads)."""
 
     @hookspec
-    def specharness_round(self, record: "Round") -> None:
-        """Observer: called after every draft -> verify -> accept round (and the prefill)."""
+    def specharness_round(self, record: "Round", context: RoundContext) -> None:
+        """Observer: called after every draft -> verify -> accept round (and the prefill) of the
+        first timed repeat; ``context`` says which method, question and turn it belongs to."""
 
     @hookspec
     def specharness_question_done(self, result: "QuestionResult") -> None:
-        """Observer: called once a question (all its turns) has finished and been saved."""
+        """Observer: called once a question (all its turns) has finished and been saved
+        (``result.method`` is the method's label, ``result.question_id`` the question)."""
+
+    @hookspec
+    def specharness_report_sections(self, runs: "list[Run]") -> "list[Section]":
+        """Tables, figures and notes a method adds to ``report``, built from the runs alone
+        (``specharness.report.runs``); registered through the entry-point group
+        ``specharness.report`` so the report never imports a method's drafter."""

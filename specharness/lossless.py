@@ -48,7 +48,10 @@ from typing import Any
 
 import numpy as np
 
+from .distributions import (chi_square, exact_sequence_distribution, next_token_probs, pool_cells, power,
+                            samples_for_power)
 from .errors import UsageError
+from .runner import Settings, build_method, prompt_ids, run_question
 
 TOLERANCES = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
 LATE_POSITION = 2  # level (c): rejections of the 2nd draft of a round or later must occur
@@ -56,140 +59,11 @@ B_MAX_SAMPLES = 20_000  # level (b)'s cap: flat distributions would otherwise as
 B_PROMPT = "My favourite colour is"  # open-ended: many next tokens with mass, not one
 
 
-# ---- chi-square machinery ------------------------------------------------------------------------
-@dataclass
-class ChiSquare:
-    statistic: float
-    df: int
-    p_value: float
-    cells: int  # after pooling
-    n: int
-    pooled_cells: int  # how many original cells were merged into the pooled cell
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def pool_cells(probs: dict[Any, float], n: int, min_expected: float = 5.0) -> list[list[Any]]:
-    """Group cells so every group's expected count n * p is >= ``min_expected``.
-
-    Cells that pass on their own stay alone; the rest (smallest first) form one pooled cell; if
-    that pooled cell is still too small it absorbs the smallest remaining cell until it is not.
-    """
-    items = sorted(probs.items(), key=lambda kv: kv[1], reverse=True)
-    alone = [[k] for k, p in items if n * p >= min_expected]
-    rest = [k for k, p in items if n * p < min_expected]
-    if rest:
-        mass = sum(probs[k] for k in rest)
-        while n * mass < min_expected and alone:
-            extra = alone.pop()  # the smallest cell that stood alone
-            rest.extend(extra)
-            mass += sum(probs[k] for k in extra)
-        groups = alone + [rest]
-    else:
-        groups = alone
-    return groups
-
-
-def chi_square(counts: Counter, probs: dict[Any, float], min_expected: float = 5.0,
-               other: Any = None) -> ChiSquare:
-    """Goodness of fit of observed ``counts`` to the exact ``probs`` (cells pooled as above).
-
-    ``probs`` may leave out a tail; its mass (1 - sum) becomes the cell ``other``, into which every
-    observed key absent from ``probs`` is counted.
-    """
-    from scipy.stats import chi2
-    n = sum(counts.values())
-    probs = dict(probs)
-    tail = 1.0 - sum(probs.values())
-    if tail > 1e-12 or other in probs:
-        probs[other] = probs.get(other, 0.0) + max(tail, 0.0)
-    obs = Counter()
-    for k, c in counts.items():
-        obs[k if k in probs else other] += c
-    groups = pool_cells(probs, n, min_expected)
-    exp = np.array([n * sum(probs[k] for k in g) for g in groups])
-    got = np.array([sum(obs[k] for k in g) for g in groups], float)
-    if len(groups) < 2:
-        return ChiSquare(0.0, 0, 1.0, len(groups), n, 0)
-    stat = float(np.sum((got - exp) ** 2 / np.where(exp > 0, exp, np.inf)))
-    df = len(groups) - 1
-    return ChiSquare(stat, df, float(chi2.sf(stat, df)), len(groups), n, len(groups[-1]) if len(groups[-1]) > 1 else 0)
-
-
-def power(n: int, df: int, w: float, alpha: float) -> float:
-    """Power of the chi-square test with ``df`` degrees of freedom against effect size w."""
-    from scipy.stats import chi2, ncx2
-    if df < 1:
-        return 0.0
-    return float(ncx2.sf(chi2.ppf(1 - alpha, df), df, n * w * w))
-
-
-def samples_for_power(probs: dict[Any, float], w: float, alpha: float, target: float = 0.9,
-                      n_min: int = 200, n_max: int = 200_000) -> tuple[int, int, float]:
-    """Smallest N (pooling included) with power >= target; returns (N, df, power)."""
-    n = n_min
-    for _ in range(60):
-        df = len(pool_cells(probs, n)) - 1
-        if df >= 1 and power(n, df, w, alpha) >= target:
-            # shrink back to the smallest N at this df
-            lo, hi = n // 2, n
-            while hi - lo > max(1, n // 100):
-                mid = (lo + hi) // 2
-                d = len(pool_cells(probs, mid)) - 1
-                if d >= 1 and power(mid, d, w, alpha) >= target:
-                    hi = mid
-                else:
-                    lo = mid
-            d = len(pool_cells(probs, hi)) - 1
-            return hi, d, power(hi, d, w, alpha)
-        if n >= n_max:
-            break
-        n = min(n_max, int(n * 1.5))
-    df = len(pool_cells(probs, n)) - 1
-    return n, df, power(n, df, w, alpha)
-
-
-# ---- exact distributions -------------------------------------------------------------------------
-def next_token_probs(target, ids: list[int], temperature: float) -> np.ndarray:
-    """The target's exact sampling distribution after ``ids`` (float64)."""
-    import torch
-    with torch.inference_mode():
-        logits = target.logits(list(ids))[-1].double()
-    return torch.softmax(logits / temperature, dim=-1).cpu().numpy()
-
-
-def exact_sequence_distribution(target, prompt: list[int], k: int, temperature: float) -> dict[tuple, float]:
-    """P(first k generated tokens), every prefix forwarded; sequences end early at an eos."""
-    eos = target.eos_ids
-    out: dict[tuple, float] = {}
-    frontier = [((), 1.0)]
-    for _ in range(k):
-        nxt = []
-        for prefix, mass in frontier:
-            p = next_token_probs(target, prompt + list(prefix), temperature)
-            for tok in range(len(p)):
-                seq, m = prefix + (tok,), mass * float(p[tok])
-                if tok in eos:
-                    out[seq] = m
-                else:
-                    nxt.append((seq, m))
-        frontier = nxt
-    out.update(dict(frontier))
-    return out
-
-
 # ---- running a method ------------------------------------------------------------------------------
-def _build(registry, name: str, options: list[str], target, temperature: float, verifier: str | None):
-    from .runner import build_method
-    return build_method(registry, name, options, target, temperature, verifier)
-
-
 def sample(method, prompt: list[int], k: int, n: int, temperature: float, seed: int,
            progress: bool = False, generate_tokens: int | None = None) -> Counter:
     """First k tokens of n generations of ``generate_tokens`` (default k) tokens; generation i uses
     seed ``sample_seeds(seed, n)[i]``."""
-    from .runner import Settings
     s = Settings(max_new_tokens=generate_tokens or k, temperature=temperature, seed=seed, repeats=1, warmup=0)
     counts: Counter = Counter()
     counts.drafts = [0, 0]  # type: ignore[attr-defined]  # drafted, accepted over all rounds
@@ -252,6 +126,7 @@ class GreedyResult:
     tokens: int = 0
     mismatches: list[Mismatch] = field(default_factory=list)
     tolerance: float = 1e-4
+    not_compared: int = 0  # later turns of a question after a divergence (their prompts differ)
 
     @property
     def passed(self) -> bool:
@@ -275,32 +150,39 @@ def classify(margin: float, tolerance: float, method_token: int | None, top1: in
 
 def greedy_check(target, method, vanilla, questions, max_new_tokens: int, tolerance: float,
                  log=print) -> GreedyResult:
-    from .runner import Settings, prompt_ids
+    """Both methods answer every question through the runner, as a benchmark runs them (later turns
+    see their own earlier answers); turns are compared token for token. After a divergence the next
+    turns' prompts differ, so they are not compared (counted in ``not_compared``)."""
     s = Settings(max_new_tokens=max_new_tokens, temperature=0.0, seed=0, repeats=1, warmup=0)
     res = GreedyResult(tolerance=tolerance)
     for q in questions:
+        v, m = run_question(target, vanilla, q, s), run_question(target, method, q, s)
         messages: list[dict] = []
-        for t, text in enumerate(q.turns):
-            messages.append({"role": "user", "content": text})
-            ids, _ = prompt_ids(target, messages, max_new_tokens)
-            v = vanilla.generate(ids, s, 0).token_ids
-            m = method.generate(ids, s, 0).token_ids
+        for t, (gv, gm) in enumerate(zip(v.generations, m.generations)):
+            messages.append({"role": "user", "content": q.turns[t]})
             res.prompts += 1
-            res.tokens += len(v)
-            if v == m:
-                res.identical += 1
-            else:
-                pos = next((i for i, (a, b) in enumerate(zip(v, m)) if a != b), min(len(v), len(m)))
-                margin, top1, top2 = top2_margin(target, ids + v[:pos])
-                mt = m[pos] if pos < len(m) else None
-                mm = Mismatch(q.question_id, q.subtask, t, pos, v[pos] if pos < len(v) else None, mt, margin,
-                              top2, classify(margin, tolerance, mt, top1, top2))
-                res.mismatches.append(mm)
-                log(f"  MISMATCH question {q.question_id} ({q.subtask}) turn {t + 1}: first divergence at "
-                    f"generated position {pos}: vanilla {mm.vanilla_token}, method {mt}; target top-2 "
-                    f"margin {margin:.3g} (tolerance {tolerance:g}) -> {mm.kind.upper()}")
-            messages.append({"role": "assistant", "content": target.decode(v)})
+            res.tokens += len(gv.token_ids)
+            if gv.token_ids != gm.token_ids:
+                res.mismatches.append(_divergence(target, q, t, prompt_ids(target, messages, max_new_tokens)[0],
+                                                  gv.token_ids, gm.token_ids, tolerance, log))
+                res.not_compared += len(v.generations) - t - 1
+                break
+            res.identical += 1
+            messages.append({"role": "assistant", "content": v.turns[t]})
     return res
+
+
+def _divergence(target, q, turn: int, ids: list[int], v: list[int], m: list[int], tolerance: float, log) -> Mismatch:
+    """Where two greedy outputs part, and whether the target's top-2 margin there makes it a near-tie."""
+    pos = next((i for i, (a, b) in enumerate(zip(v, m)) if a != b), min(len(v), len(m)))
+    margin, top1, top2 = top2_margin(target, ids + v[:pos])
+    mt = m[pos] if pos < len(m) else None
+    mm = Mismatch(q.question_id, q.subtask, turn, pos, v[pos] if pos < len(v) else None, mt, margin, top2,
+                  classify(margin, tolerance, mt, top1, top2))
+    log(f"  MISMATCH question {q.question_id} ({q.subtask}) turn {turn + 1}: first divergence at generated "
+        f"position {pos}: vanilla {mm.vanilla_token}, method {mt}; target top-2 margin {margin:.3g} "
+        f"(tolerance {tolerance:g}) -> {mm.kind.upper()}")
+    return mm
 
 
 # ---- the levels ------------------------------------------------------------------------------------
@@ -501,7 +383,7 @@ def _tiny_level(args, registry, level: str, verifier: str | None, progress: bool
     spec = registry.method(args.method)
     defaults = [f"{key}={value}" for key, value in getattr(spec, "tiny_options", {}).items()]
     try:
-        method = _build(registry, args.method, defaults + args.option + args.tiny_option, tiny, args.temperature,
+        method = build_method(registry, args.method, defaults + args.option + args.tiny_option, tiny, args.temperature,
                         verifier)
     except UsageError as exc:
         raise UsageError(f"level ({level}) cannot build '{args.method}' on the tiny model ({exc}); pass options "
@@ -548,13 +430,13 @@ def cmd_lossless(args) -> int:
         target = TargetModel.load(args.model, args.dtype, args.device)
 
     if "greedy" in levels:
-        from tasks.specbench import describe_selection, find_question_file, load_questions, parse_subtasks, select
+        from .tasks.specbench import describe_selection, find_question_file, load_questions, parse_subtasks, select
         tol = args.tolerance if args.tolerance is not None else TOLERANCES.get(args.dtype, 1e-4)
         source = find_question_file(args.bench_file, args.bench)
         available, subtasks = load_questions(source.path), parse_subtasks(args.subtasks)
         qs = select(available, subtasks, args.limit)
-        method = _build(registry, args.method, args.option, target, 0.0, verifiers[False])
-        vanilla = _build(registry, "vanilla", [], target, 0.0, None)
+        method = build_method(registry, args.method, args.option, target, 0.0, verifiers[False])
+        vanilla = build_method(registry, "vanilla", [], target, 0.0, None)
         for line in describe_selection(source, available, subtasks, args.limit):
             print(line, file=sys.stderr)
         print(f"greedy: {args.method} (verifier {method.verifier}) vs vanilla on {len(qs)} questions, "
@@ -576,7 +458,7 @@ def cmd_lossless(args) -> int:
             failed |= not r["passed"]
 
     if "b" in levels:
-        method = _build(registry, args.method, args.option, target, args.temperature, verifiers[True])
+        method = build_method(registry, args.method, args.option, target, args.temperature, verifiers[True])
         if target.tokenizer is not None:
             prompt = target.tokenizer(B_PROMPT, add_special_tokens=False)["input_ids"]
         else:

@@ -15,12 +15,12 @@ from typing import Callable
 
 from .engine import generate
 from .errors import UsageError
-from .hookspecs import DecoderSpec
+from .hookspecs import DecoderSpec, RoundContext
 from .options import resolve_options
 from .plugins import Registry
-from .records import Generation, QuestionResult
+from .records import Generation, QuestionResult, Round
 from .target import TargetModel
-from tasks.specbench import Question
+from .tasks.specbench import Question
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class Method:
     generate: Callable[..., Generation]  # (prompt_ids, settings, seed, on_round) -> Generation
     extra_params: int = 0
     changed: dict = field(default_factory=dict)  # options that differ from their defaults
+    defaults: dict = field(default_factory=dict)  # every option's declared default (kept in headers)
     label: str = ""  # how compare names this variant (e.g. "kangaroo:eta=0.4"); defaults to name
     info: dict = field(default_factory=dict)  # the drafter's own description (DrafterSpec.info)
 
@@ -75,13 +76,13 @@ def build_method(registry: Registry, name: str, raw_options: list[str] | dict, t
     """Resolve options and the verifier, build the drafter, and wrap it in the engine."""
     spec = registry.method(name)
     options = resolve_options(name, spec.options, raw_options)
-    changed = {o.name: options[o.name] for o in spec.options if options[o.name] != o.default}
-    sampling = temperature > 0
+    defaults = {o.name: o.default for o in spec.options}
+    changed = {k: v for k, v in options.items() if v != defaults[k]}
     if isinstance(spec, DecoderSpec):
         decode = spec.build(target, options)
         return Method(name, options, "own",
                       lambda ids, s, seed, on_round=None: decode(ids, s.max_new_tokens, s.temperature, seed),
-                      changed=changed)
+                      changed=changed, defaults=defaults)
     vspec = resolve_verifier(registry, verifier, temperature)
     vname = vspec.name
     drafter = spec.build(target, options)  # once: options checked and weights loaded now, not mid-run
@@ -91,7 +92,7 @@ def build_method(registry: Registry, name: str, raw_options: list[str] | dict, t
 
     extra = spec.params(target, options) if spec.params else 0
     info = spec.info(target, options) if spec.info else {}
-    return Method(name, options, vname, run, extra, changed, info=info)
+    return Method(name, options, vname, run, extra, changed, defaults, info=info)
 
 
 def question_seed(seed: int, question_id) -> int:
@@ -108,8 +109,11 @@ def prompt_ids(target: TargetModel, messages: list[dict], max_new_tokens: int) -
     return (ids[-room:], True) if len(ids) > room else (ids, False)
 
 
+RoundObserver = Callable[[Round, RoundContext], None]
+
+
 def run_question(target: TargetModel, method: Method, q: Question, s: Settings,
-                 on_round=None) -> QuestionResult:
+                 on_round: RoundObserver | None = None) -> QuestionResult:
     """All turns of one question; a later turn sees the model's own earlier answers."""
     seed = question_seed(s.seed, q.question_id)
     res = QuestionResult(q.question_id, q.category, q.subtask, method.label, seed=seed)
@@ -117,7 +121,11 @@ def run_question(target: TargetModel, method: Method, q: Question, s: Settings,
     for t, text in enumerate(q.turns):
         messages.append({"role": "user", "content": text})
         ids, cut = prompt_ids(target, messages, s.max_new_tokens)
-        gen = method.generate(ids, s, seed + t, on_round)
+        observe = None
+        if on_round:
+            context = RoundContext(method.label, q.question_id, t)
+            observe = lambda rd, context=context: on_round(rd, context)  # noqa: E731
+        gen = method.generate(ids, s, seed + t, observe)
         answer = target.decode(gen.token_ids)
         messages.append({"role": "assistant", "content": answer})
         res.turns.append(answer)
@@ -139,7 +147,7 @@ def warm_up(target: TargetModel, methods: list[Method], questions: list[Question
 
 def run_all(target: TargetModel, methods: list[Method], questions: list[Question], s: Settings,
             done: dict[str, set], on_result: Callable[[QuestionResult], None],
-            on_round=None) -> None:
+            on_round: RoundObserver | None = None) -> None:
     """Every pending question under every method, repeats in rotating order, results as they finish."""
     warm_up(target, methods, questions, s)
     for qi, q in enumerate(questions):

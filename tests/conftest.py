@@ -48,14 +48,14 @@ def smol():
 @pytest.fixture(scope="session")
 def sample_questions():
     """Every question of the built-in sample: the file the tests pin."""
-    from tasks.specbench import SAMPLE_FILE, load_questions
+    from specharness.tasks.specbench import SAMPLE_FILE, load_questions
     return load_questions(SAMPLE_FILE)
 
 
 @pytest.fixture(scope="session")
 def first_questions(sample_questions):
     """The first question of every subtask, in the paper's subtask order."""
-    from tasks.specbench import SUBTASKS, select
+    from specharness.tasks.specbench import SUBTASKS, select
     return select(sample_questions, SUBTASKS, 1)
 
 

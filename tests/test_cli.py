@@ -24,6 +24,11 @@ def plugin_example(tmp_path: Path) -> Path:
     return path
 
 
+def raw_records(path: Path) -> list[dict]:
+    """The result file's lines as Spec-Bench's tools read them: plain JSON."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
 def error_line(capsys, argv) -> str:
     capsys.readouterr()
     assert main(argv) == 2
@@ -97,12 +102,13 @@ def test_result_file_round_trip_resume_and_refusals(capsys, tmp_path, qa_questio
     assert len(recs) == 1 and meta["method"] == "vanilla" and meta["threads"] >= 1
     for key in ("command", "git_commit", "model", "dtype", "device", "torch", "transformers", "options"):
         assert key in meta
-    choice = recs[0]["choices"][0]
+    raw = raw_records(out)[0]
+    choice = raw["choices"][0]
     # the fields Spec-Bench's speed.py reads, with the types it needs
-    assert isinstance(recs[0]["category"], str)
+    assert isinstance(raw["category"], str)
     assert sum(choice["new_tokens"]) == len(choice["token_ids"][0]) > 0 and sum(choice["wall_time"]) > 0
     assert choice["accept_lengths"] == [1] * sum(choice["new_tokens"]) and isinstance(choice["turns"][0], str)
-    assert json.loads(out.read_text().splitlines()[0])["question_id"] == recs[0]["question_id"]  # no header line
+    assert raw["question_id"] == recs[0].question_id and recs[0].tokens == sum(choice["new_tokens"])  # no header line
 
     assert "already exists" in error_line(capsys, ["run", "--limit", "2", "--out", str(out), *QUICK])
     err = error_line(capsys, ["run", "--limit", "2", "--out", str(out), "--resume", *QUICK[:-4],
@@ -133,7 +139,7 @@ def test_ctrl_c_keeps_finished_questions_and_resume_continues(capsys, tmp_path, 
     assert "--resume" in capsys.readouterr().err
     assert len(out.read_text().splitlines()) == 1
     assert main(["run", "--limit", str(n), "--out", str(out), "--resume", *QUICK]) == 0
-    assert [r["question_id"] for r in read_results(out)[1]] == [q.question_id for q in qa_questions]
+    assert [r.question_id for r in read_results(out)[1]] == [q.question_id for q in qa_questions]
 
 
 def test_readme_plugin_runs_end_to_end_and_is_lossless(capsys, tmp_path):
@@ -142,7 +148,7 @@ def test_readme_plugin_runs_end_to_end_and_is_lossless(capsys, tmp_path):
     assert main(["run", "--plugin", str(plugin), "--method", "prompt-lookup", "--out",
                  str(tmp_path / "pl.jsonl"), *argv]) == 0
     assert main(["run", "--out", str(tmp_path / "v.jsonl"), *argv]) == 0
-    pl, v = read_results(tmp_path / "pl.jsonl")[1][0], read_results(tmp_path / "v.jsonl")[1][0]
+    pl, v = raw_records(tmp_path / "pl.jsonl")[0], raw_records(tmp_path / "v.jsonl")[0]
     assert pl["choices"][0]["token_ids"] == v["choices"][0]["token_ids"]
     assert max(pl["choices"][0]["accept_lengths"]) > 1  # summarisation copies: drafts were accepted
     assert "prompt-lookup" in capsys.readouterr().out
@@ -173,7 +179,7 @@ def test_compare_runs_variants_interleaved_into_one_file_each(capsys, tmp_path):
     metas = [read_results(tmp_path / "cmp" / f) for f in files]
     assert [m["options"] for m, _ in metas[:2]] == [{"ngram": 3, "k": 3}, {"ngram": 2, "k": 5}]
     for _, recs in metas:
-        assert len(recs[0]["choices"][0]["wall_time_repeats"][0]) == 2
+        assert len(recs[0].wall_time_repeats[0]) == 2
     assert "speedup" in capsys.readouterr().out
 
 
@@ -203,7 +209,7 @@ def test_run_measures_vanilla_alongside_and_reports_the_speedup(capsys, tmp_path
     # other settings (here more questions) resume the same file for the missing ones only
     assert main(["run", "--plugin", plugin, "--method", "prompt-lookup", "--out", str(out.parent / "pl3.jsonl"),
                  "--limit", "2", *QUICK]) == 0
-    assert [r["question_id"] for r in read_results(vanilla)[1]][:1] == [recs[0]["question_id"]]
+    assert [r.question_id for r in read_results(vanilla)[1]][:1] == [recs[0].question_id]
     assert len(read_results(vanilla)[1]) == 2
 
 
@@ -213,3 +219,41 @@ def test_baseline_none_runs_the_method_alone(capsys, tmp_path):
                  "--baseline", "none", "--limit", "1", *QUICK]) == 0
     assert sorted(p.name for p in tmp_path.glob("*.jsonl")) == ["pl.jsonl"]
     assert "speedup needs a vanilla result" in capsys.readouterr().out
+
+
+def test_a_misspelt_hook_is_a_one_line_error(capsys, tmp_path):
+    typo = tmp_path / "typo.py"
+    typo.write_text("from specharness.hookspecs import hookimpl\n"
+                    "@hookimpl\n"
+                    "def specharness_drafter():\n"  # the hook is specharness_drafters
+                    "    return []\n")
+    err = error_line(capsys, ["list", "--plugin", str(typo)])
+    assert "specharness_drafter" in err and "specharness_drafters" in err
+
+
+def test_round_observers_get_their_context(capsys, tmp_path):
+    seen = tmp_path / "seen.txt"
+    watcher = tmp_path / "watcher.py"
+    watcher.write_text("from specharness.hookspecs import hookimpl\n"
+                       f"OUT = {str(seen)!r}\n"
+                       "@hookimpl\n"
+                       "def specharness_round(record, context):\n"
+                       "    with open(OUT, 'a') as fh:\n"
+                       "        fh.write(f'{context.method} {context.question_id} {context.turn} {record.drafted}\\n')\n")
+    assert main(["run", "--plugin", str(watcher), "--subtasks", "multi_turn", "--limit", "1", "--max-new-tokens", "3",
+                 "--warmup", "0", "--repeats", "1", "--out", str(tmp_path / "v.jsonl")]) == 0
+    rows = [line.split() for line in seen.read_text().splitlines()]
+    qid = str(read_results(tmp_path / "v.jsonl")[1][0].question_id)
+    assert {(m, q) for m, q, *_ in rows} == {("vanilla", qid)}
+    assert sorted({int(t) for _, _, t, _ in rows}) == [0, 1]  # both turns of the MT-bench question
+
+
+def test_built_in_methods_register_through_entry_points():
+    from importlib.metadata import entry_points
+
+    from specharness.plugins import GROUP, build_registry
+    modules = {ep.value for ep in entry_points(group=GROUP)}
+    assert {"specharness.verify", "specharness.methods.vanilla", "specharness.methods.kangaroo.plugin",
+            "specharness.methods.medusa.plugin", "specharness.methods.oracle.plugin"} <= modules
+    registered = {name for name, _ in build_registry().pm.list_name_plugin()}
+    assert {ep.name for ep in entry_points(group=GROUP)} <= registered

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 
 import pytest
-import torch
 
-from methods.early_exit import EarlyExitDrafter
-from methods.vanilla import NoDraft
+from specharness.methods.early_exit import EarlyExitDrafter
+from specharness.methods.vanilla import NoDraft
+from specharness.distributions import chi_square, exact_sequence_distribution, marginal
 from specharness.engine import Proposal, generate
 from specharness.errors import UsageError
 from specharness.plugins import build_registry
@@ -66,7 +67,7 @@ def test_greedy_equals_vanilla_on_every_subtask(smol, prompts):
 def test_runs_through_the_runner_with_options(smol, prompts):
     """The registered method (-o parsing, build per generation) gives the same tokens."""
     from specharness.runner import run_question
-    from tasks.specbench import Question
+    from specharness.tasks.specbench import Question
     reg = build_registry()
     m = build_method(reg, "early_exit", ["exit_layer=29", "gamma=3"], smol, 0.0)
     v = build_method(reg, "vanilla", [], smol, 0.0)
@@ -81,32 +82,15 @@ def test_runs_through_the_runner_with_options(smol, prompts):
 VOCAB, PROMPT, SAMPLES = 16, [3, 1, 4], 1500
 
 
-def exact_marginals(target, prompt: list[int], depth: int, temperature: float = 1.0) -> list[torch.Tensor]:
-    """P(token j of the output) for j = 1..depth, by enumerating every prefix (V^(depth-1) forwards)."""
-    V = target.vocab_size
-    marg, prefixes, weights = [], torch.tensor([prompt]), torch.ones(1)
-    for _ in range(depth):
-        with torch.no_grad():
-            logits = target.hf(input_ids=prefixes).logits[:, -1].float()
-        p = torch.softmax(logits / temperature, -1)  # [n_prefix, V]
-        joint = weights[:, None] * p
-        marg.append(joint.sum(0))
-        prefixes = torch.cat([prefixes.repeat_interleave(V, 0), torch.arange(V).repeat(len(prefixes))[:, None]], 1)
-        weights = joint.reshape(-1)
-    return marg
+def exact_marginals(target, prompt: list[int], depth: int, temperature: float = 1.0) -> list[dict]:
+    """P(token j of the output) for j = 1..depth, from the exact joint (``specharness.distributions``)."""
+    joint = exact_sequence_distribution(target, prompt, depth, temperature)
+    return [marginal(joint, j) for j in range(depth)]
 
 
-def chi_square_p(samples: list[int], probs: torch.Tensor) -> float:
-    from scipy.stats import chisquare
-    n = len(samples)
-    obs = torch.bincount(torch.tensor(samples), minlength=len(probs)).double()
-    exp = probs.double() * n
-    small = exp < 5  # merge sparse cells so the chi-square approximation holds
-    if small.any():
-        obs = torch.cat([obs[~small], obs[small].sum()[None]])
-        exp = torch.cat([exp[~small], exp[small].sum()[None]])
-    exp = exp * obs.sum() / exp.sum()
-    return float(chisquare(obs.numpy(), exp.numpy()).pvalue)
+def chi_square_p(samples: list[int], probs: dict) -> float:
+    """The lossless suite's own chi-square test (sparse cells pooled) of samples against ``probs``."""
+    return chi_square(Counter(samples), probs).p_value
 
 
 @pytest.fixture(scope="module")

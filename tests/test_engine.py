@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import torch
 
-from methods.hf_generate import hf_decoder
-from methods.vanilla import NoDraft
+from specharness.methods.vanilla import NoDraft
 from specharness.engine import generate
 from specharness.plugins import build_registry
 from specharness.runner import Settings, build_method, run_question

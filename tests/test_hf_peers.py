@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from methods.vanilla import NoDraft
+from specharness.methods.vanilla import NoDraft
 from specharness.engine import generate
 from specharness.errors import UsageError
 from specharness.plugins import build_registry
@@ -44,7 +44,7 @@ def test_greedy_equals_vanilla(smol, two_prompts, vanilla, method, options, n_pr
 
 def test_hf_rounds_from_forward_calls():
     """Hand-made (start, width) calls: plain decoding, drafts in the prefill, a long accept."""
-    from methods.hf_generate import rounds_from_forwards
+    from specharness.methods.hf_generate import rounds_from_forwards
     # vanilla: prefill of 5 prompt tokens, then one token per forward; 3 tokens generated
     assert rounds_from_forwards([(0, 5), (5, 1), (6, 1)], 5, 3) == [(0, 0), (0, 0), (0, 0)]
     # prefill carries 3 candidates (all rejected), then 4 drafted with 3 accepted, then the end

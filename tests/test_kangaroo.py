@@ -9,8 +9,9 @@ from collections import Counter
 import pytest
 import torch
 
-from methods import kangaroo as kg
-from methods.vanilla import NoDraft
+from specharness.methods.kangaroo import adapter as ka, checkpoint as kc, drafter as kg
+from specharness.methods.vanilla import NoDraft
+from specharness.distributions import chi_square, exact_sequence_distribution
 from specharness.engine import generate
 from specharness.errors import UsageError
 from specharness.target import TargetModel
@@ -65,7 +66,7 @@ def _grid():
     """Every value of eta {0, 0.6, 0.9}, exit_layer {1, 2, 4} and gamma {1, 6} appears with every
     subtask (3 settings per subtask, rotated between subtasks), rather than the full 18-way cross
     product per subtask, to keep the test within CPU minutes."""
-    from tasks.specbench import SUBTASKS
+    from specharness.tasks.specbench import SUBTASKS
     etas, layers = (0.0, 0.6, 0.9), (1, 2, 4)
     out = []
     for i, sub in enumerate(SUBTASKS):
@@ -75,7 +76,7 @@ def _grid():
 
 
 def _prompt(target, subtask):
-    from tasks.specbench import SAMPLE_FILE, load_questions
+    from specharness.tasks.specbench import SAMPLE_FILE, load_questions
     qs = [q for q in load_questions(SAMPLE_FILE) if q.subtask == subtask]
     q = min(qs, key=lambda q: len(q.turns[0]))  # the shortest question keeps the prefill cheap
     return target.chat_ids([{"role": "user", "content": q.turns[0]}])
@@ -89,7 +90,7 @@ def test_greedy_identical_to_vanilla_every_subtask(smol, one_thread):
         cover = [g for g in grid if g[0] == sub]
         assert {g[1] for g in cover} == {0.0, 0.6, 0.9} and {g[2] for g in cover} == {1, 2, 4}
         assert {g[3] for g in cover} == {1, 6}
-    shipped = kg.shipped_adapter_dir(smol, 2).is_dir()
+    shipped = kc.shipped_adapter_dir(smol, 2).is_dir()
     prompts, refs, stats, ties = {}, {}, Counter(), []
     for sub, eta, layer, gamma in grid:
         if sub not in prompts:
@@ -117,7 +118,7 @@ def test_greedy_identical_to_vanilla_every_subtask(smol, one_thread):
 
 
 def test_greedy_full_head_and_draft_vocab_identical(smol, one_thread):
-    if not kg.shipped_adapter_dir(smol, 2).is_dir():
+    if not kc.shipped_adapter_dir(smol, 2).is_dir():
         pytest.skip("no shipped adapter")
     prompt = _prompt(smol, "qa")
     ref = generate(smol, NoDraft(), greedy, prompt, 32).token_ids
@@ -127,38 +128,6 @@ def test_greedy_full_head_and_draft_vocab_identical(smol, one_thread):
 
 
 # ---- sampling is lossless (tiny model, exact distributions) --------------------------------------------
-def _exact_tail_marginals(target, prompt, n_new, temperature):
-    """Exact joint of the generated tokens by enumerating every prefix (tiny vocabulary)."""
-    V = target.vocab_size
-    probs = {(): 1.0}
-    for _ in range(n_new):
-        nxt = {}
-        for seq, p in probs.items():
-            dist = torch.softmax(target.logits(prompt + list(seq))[-1].double() / temperature, -1)
-            for v in range(V):
-                nxt[seq + (v,)] = p * float(dist[v])
-        probs = nxt
-    return probs
-
-
-def _chisquare(observed: Counter, expected: dict, n: int) -> float:
-    from scipy.stats import chisquare
-    cells = sorted(expected, key=lambda c: -expected[c])
-    obs, exp, rest_o, rest_e = [], [], 0, 0.0
-    for c in cells:  # pool cells with < 5 expected counts so the test is valid
-        if expected[c] * n >= 5:
-            obs.append(observed.get(c, 0))
-            exp.append(expected[c] * n)
-        else:
-            rest_o += observed.get(c, 0)
-            rest_e += expected[c] * n
-    if rest_e > 0:
-        obs.append(rest_o)
-        exp.append(rest_e)
-    scale = sum(obs) / sum(exp)
-    return float(chisquare(obs, [e * scale for e in exp]).pvalue)
-
-
 def _sample_many(target, make_drafter, prompt, n_new, temperature, n):
     seen, paths = Counter(), Counter()
     for seed in range(n):
@@ -177,7 +146,7 @@ def test_sampling_lossless_first_tokens(tiny, one_thread):
     token 3 is the bonus) or rejected (token 2 resampled from the residual, token 3 drafted on a
     cropped adapter cache with no room: a zero-draft round). Their joint must match the target's."""
     prompt, T, n = [1, 2, 3], 1.0, 4000
-    exact = _exact_tail_marginals(tiny, prompt, 3, T)
+    exact = exact_sequence_distribution(tiny, prompt, 3, T)
     joint = Counter()
     for seq, p in exact.items():
         joint[seq[1:]] += p
@@ -187,7 +156,7 @@ def test_sampling_lossless_first_tokens(tiny, one_thread):
     observed = Counter()
     for seq, c in seen.items():
         observed[seq[1:]] += c
-    pval = _chisquare(observed, dict(joint), n)
+    pval = chi_square(observed, dict(joint)).p_value
     assert pval > 1e-3, f"sampled tokens 2-3 do not follow the target (chi-square p = {pval:.2e}, {paths})"
 
 
@@ -196,25 +165,25 @@ def test_sampling_lossless_multi_draft_and_draft_vocab(tiny, one_thread):
     marginal covers rounds that accept everything (the last draft's state is fed to the adapter
     next round) and rounds that reject; it must match the target's exact marginal."""
     prompt, T, n = [4, 1], 0.8, 3000
-    exact = _exact_tail_marginals(tiny, prompt, 4, T)
+    exact = exact_sequence_distribution(tiny, prompt, 4, T)
     marg = Counter()
     for seq, p in exact.items():
         marg[seq[3:]] += p
     rows = torch.tensor([0, 2, 3, 5, 7])
-    adapter = kg.Adapter.for_target(tiny, seed=5).eval()
+    adapter = ka.Adapter.for_target(tiny, seed=5).eval()
     make = lambda: kg.KangarooDrafter(tiny, adapter, 2, 0.0, 2, rows)  # noqa: E731
     seen, paths = _sample_many(tiny, make, prompt, 4, T, n)
     assert paths["all_accepted"] > 100 and paths["rejected"] > 100, paths
     observed = Counter()
     for seq, c in seen.items():
         observed[seq[3:]] += c
-    pval = _chisquare(observed, dict(marg), n)
+    pval = chi_square(observed, dict(marg)).p_value
     assert pval > 1e-3, f"4th sampled token does not follow the target (chi-square p = {pval:.2e}, {paths})"
 
 
 def test_sampling_q_zero_outside_draft_vocab(tiny):
     rows = torch.tensor([1, 6])
-    d = kg.KangarooDrafter(tiny, kg.Adapter.for_target(tiny).eval(), 2, 0.0, 3, rows)
+    d = kg.KangarooDrafter(tiny, ka.Adapter.for_target(tiny).eval(), 2, 0.0, 3, rows)
     from specharness.engine import DecodeState
     with torch.inference_mode():
         cache = tiny.new_cache(32)
@@ -235,7 +204,7 @@ def test_sampling_q_zero_outside_draft_vocab(tiny):
 
 # ---- the adapter's cache is consistent ------------------------------------------------------------------
 def test_adapter_one_pass_equals_step_by_step(tiny):
-    a = kg.Adapter.for_target(tiny, seed=2, std=0.3).eval()
+    a = ka.Adapter.for_target(tiny, seed=2, std=0.3).eval()
     x = torch.randn(6, tiny.hidden_size)
     with torch.no_grad():
         full = a(tiny, x, tiny.new_cache(8, n_layers=1), 0)
@@ -296,8 +265,8 @@ def test_unsafe_pickle_is_refused(tiny, tmp_path):
 
 # ---- bad options give one-line UsageErrors ---------------------------------------------------------------
 def _own_checkpoint(target, tmp_path, layer):
-    a = kg.Adapter.for_target(target)
-    kg.save_adapter(a, tmp_path, kg.adapter_config(target, layer, 0), None)
+    a = ka.Adapter.for_target(target)
+    kc.save_adapter(a, tmp_path, kc.adapter_config(target, layer, 0), None)
     return str(tmp_path)
 
 
@@ -341,7 +310,7 @@ def test_plugin_registered():
 
 
 def test_trainer_bad_options(tiny, tmp_path):
-    from methods import kangaroo_train as kt
+    from specharness.methods.kangaroo import train as kt
     from specharness.options import resolve_options
     opts = resolve_options("kangaroo", kt.OPTIONS, {"exit_layer": 9})
     with pytest.raises(UsageError, match="exit_layer"):

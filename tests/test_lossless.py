@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specharness import lossless
+from specharness import distributions, lossless
 from specharness.plugins import build_registry
+from specharness.runner import build_method
 from specharness.target import TargetModel
 
 PLUGIN = str(Path(__file__).parent / "fixtures" / "lossless_plugins.py")
@@ -42,7 +43,7 @@ def tiny():
 # ---- the statistics underneath -------------------------------------------------------------------------
 def test_pooling_keeps_every_expected_count_at_least_five():
     probs = {i: p for i, p in enumerate(np.r_[0.5, 0.3, np.full(40, 0.2 / 40)])}
-    groups = lossless.pool_cells(probs, 100)
+    groups = distributions.pool_cells(probs, 100)
     assert sorted(k for g in groups for k in g) == list(range(42))
     assert all(100 * sum(probs[k] for k in g) >= 5 for g in groups)
     assert len(groups) == 3  # 0.5, 0.3 alone, the 40 small cells pooled (expected 20)
@@ -53,27 +54,27 @@ def test_chi_square_accepts_the_true_distribution_and_rejects_another():
     p = np.array([0.4, 0.3, 0.2, 0.05, 0.03, 0.02])
     probs = dict(enumerate(p))
     good = Counter(rng.choice(6, 3000, p=p).tolist())
-    assert lossless.chi_square(good, probs).p_value > 0.01
+    assert distributions.chi_square(good, probs).p_value > 0.01
     bad = Counter(rng.choice(6, 3000, p=[0.35, 0.35, 0.2, 0.05, 0.03, 0.02]).tolist())
-    assert lossless.chi_square(bad, probs).p_value < 1e-4
+    assert distributions.chi_square(bad, probs).p_value < 1e-4
     # an observed key the exact distribution does not list lands in the tail cell
-    tail = lossless.chi_square(Counter({0: 50, 1: 50, "x": 900}), {0: 0.5, 1: 0.5}, other="other")
+    tail = distributions.chi_square(Counter({0: 50, 1: 50, "x": 900}), {0: 0.5, 1: 0.5}, other="other")
     assert tail.p_value < 1e-6
 
 
 def test_power_and_sample_size():
-    assert lossless.power(1000, 10, 0.1, 0.01) < lossless.power(3000, 10, 0.1, 0.01)
+    assert distributions.power(1000, 10, 0.1, 0.01) < distributions.power(3000, 10, 0.1, 0.01)
     probs = {i: 1 / 20 for i in range(20)}
-    n, df, pw = lossless.samples_for_power(probs, 0.1, 0.01)
+    n, df, pw = distributions.samples_for_power(probs, 0.1, 0.01)
     assert df == 19 and pw >= 0.9
-    assert lossless.power(int(n * 0.8), 19, 0.1, 0.01) < 0.9
+    assert distributions.power(int(n * 0.8), 19, 0.1, 0.01) < 0.9
 
 
 def test_exact_distribution_is_a_distribution_built_from_conditionals(tiny):
-    ex = lossless.exact_sequence_distribution(tiny, [1, 2, 3], 2, 1.3)
+    ex = distributions.exact_sequence_distribution(tiny, [1, 2, 3], 2, 1.3)
     assert len(ex) == 64 and sum(ex.values()) == pytest.approx(1.0)
-    p1 = lossless.next_token_probs(tiny, [1, 2, 3], 1.3)
-    p2 = lossless.next_token_probs(tiny, [1, 2, 3, 5], 1.3)
+    p1 = distributions.next_token_probs(tiny, [1, 2, 3], 1.3)
+    p2 = distributions.next_token_probs(tiny, [1, 2, 3, 5], 1.3)
     assert ex[(5, 7)] == pytest.approx(p1[5] * p2[7])
 
 
@@ -85,7 +86,7 @@ def test_near_ties_are_told_from_bugs():
 
 # ---- sampling level (a) and (b) -----------------------------------------------------------------------
 def _method(tiny, name, verifier, temperature=1.3):
-    return lossless._build(build_registry([PLUGIN]), name, [], tiny, temperature, verifier)
+    return build_method(build_registry([PLUGIN]), name, [], tiny, temperature, verifier)
 
 
 def test_level_a_passes_correct_methods_and_fails_always_accept(tiny):
@@ -143,7 +144,7 @@ def test_greedy_check_reports_position_and_margin_of_a_divergence(tiny, monkeypa
     there is under the tolerance; a token outside the top 2 is a bug whatever the tolerance."""
     from types import SimpleNamespace
 
-    from tasks.specbench import Question
+    from specharness.tasks.specbench import Question
     monkeypatch.setattr(tiny, "chat_ids", lambda messages: [1, 2, 3], raising=False)
     vanilla = _method(tiny, "vanilla", None, 0.0)
     v = vanilla.generate([1, 2, 3], SimpleNamespace(max_new_tokens=6, temperature=0.0), 0).token_ids
@@ -153,7 +154,8 @@ def test_greedy_check_reports_position_and_margin_of_a_divergence(tiny, monkeypa
 
     def fake(token):
         out = v[:2] + [token] + v[3:]
-        return SimpleNamespace(generate=lambda ids, s, seed: SimpleNamespace(token_ids=out))
+        return SimpleNamespace(label="fake", generate=lambda ids, s, seed, on_round=None: SimpleNamespace(
+            token_ids=out, wall_time=0.0))
 
     q = [Question("q1", "qa", "qa", ("hello",))]
     tie = lossless.greedy_check(tiny, fake(top2), vanilla, q, 6, tolerance=margin * 2 + 1e-9, log=lambda *_: None)

@@ -86,4 +86,4 @@ def test_local_hf_directory_runs_through_the_cli(family, smol, tmp_path, capsys)
     assert main(["run", "--model", str(tmp_path / family), "--subtasks", "qa", "--limit", "1",
                  "--max-new-tokens", "5", "--warmup", "0", "--out", str(out)]) == 0
     meta, recs = read_results(out)
-    assert meta["model"] == family and recs[0]["choices"][0]["new_tokens"] == [5]
+    assert meta["model"] == family and recs[0].new_tokens == [5]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from specharness.errors import UsageError
-from tasks import specbench
-from tasks.specbench import (SAMPLE_FILE, SUBTASKS, describe_selection, find_question_file, load_questions,
+from specharness.tasks import specbench
+from specharness.tasks.specbench import (SAMPLE_FILE, SUBTASKS, describe_selection, find_question_file, load_questions,
                              per_subtask, select)
 
 
