@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specharness.errors import UsageError
+from specharness.paths import cache_root
 
 SUBTASKS = ("multi_turn", "translation", "summarization", "qa", "math_reasoning", "rag")
 MT_BENCH_CATEGORIES = frozenset(
@@ -83,7 +84,6 @@ def sha256_of(path: Path) -> str:
 def spec_bench_file(url: str | None = None) -> Path:
     """Spec-Bench's question.jsonl at the pinned commit: from the cache, else downloaded over HTTPS
     (``$SPECHARNESS_SPECBENCH_URL`` points at a mirror), checked against its sha256 and cached."""
-    from specharness.paths import cache_root
     cached = cache_root() / "specbench" / f"question-{SPEC_BENCH_SHA256[:16]}.jsonl"
     if cached.is_file() and sha256_of(cached) == SPEC_BENCH_SHA256:
         return cached
