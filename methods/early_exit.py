@@ -50,6 +50,7 @@ class EarlyExitDrafter:
         if not 0.0 <= eta <= 1.0:
             raise UsageError(f"option early_exit.eta={eta} is outside [0, 1]")
         self.target, self.exit_layer, self.gamma, self.eta = target, exit_layer, gamma, eta
+        self.max_width = gamma + 1  # the widest verification forward (compiled before timing)
 
     def begin(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
         pass  # the engine's prefill already wrote layers [0, l) of the prompt

@@ -69,7 +69,8 @@ def hf_decoder(target, options: dict, **generate_kwargs):
         stop = "eos" if new and new[-1] in target.eos_ids else "length"
         counted = rounds_from_forwards(calls, len(prompt_ids), len(new))
         per = wall / max(len(counted), 1)
-        return Generation(new, [Round(d, a, 0.0, per, 0.0) for d, a in counted], wall, stop)
+        return Generation(new, [Round(d, a, 0.0, per, 0.0, width=w) for (d, a), (_, w) in zip(counted, calls)],
+                          wall, stop)
 
     return generate
 

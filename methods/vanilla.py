@@ -12,6 +12,7 @@ from specharness.hookspecs import DrafterSpec, hookimpl
 
 class NoDraft:
     exit_layer = 0
+    max_width = 1
 
     def begin(self, state: DecodeState, prefill_hidden) -> None:
         pass

@@ -1,4 +1,4 @@
-"""python -m specharness {run,compare,list,train,report,lossless} — the command line.
+"""python -m specharness {run,compare,list,train,report,lossless,profile} — the command line.
 
 Every user error becomes one line on stderr and exit code 2; Ctrl-C keeps every finished question
 on disk and says how to resume.
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import lossless, report
+from . import lossless, profile, report
 from .errors import UsageError
 
 RESULTS_DIR = Path("results") / "runs"
@@ -23,7 +23,13 @@ def _common_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", default="smollm2",
                    help="'smollm2' (embedded default), a .gguf file, or a local Hugging Face directory "
                         "(LLaMA, Mistral or Qwen2 family) (default: %(default)s)")
-    g.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (default: %(default)s)")
+    g.add_argument("--dtype", default="auto",
+                   help="auto | float32 | bfloat16 | float16; auto = the dtype of the fastest vanilla on this "
+                        "machine, measured once and cached ($SPECHARNESS_ENGINE=DTYPE/MODE pins it) (default: %(default)s)")
+    g.add_argument("--compile", default="auto", choices=("auto", "none", "default", "max-autotune"),
+                   help="run the target compiled (torch.compile; inductor freezing on CPU) or eagerly ('none'); "
+                        "auto = measured with --dtype auto; compilation happens in warm-up, never timed "
+                        "(default: %(default)s)")
     g.add_argument("--device", default="cpu", help="cpu | cuda (default: %(default)s)")
     g.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads, recorded in every result (default: all cores, %(default)s = os.cpu_count())")
@@ -108,7 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--out", default=None, help="output directory (default: the trainer's cache directory)")
     tr.add_argument("--resume", action="store_true", help="continue from the last epoch checkpoint")
     _common_model_args(tr)
-    report.add_report_parser(sub); lossless.add_lossless_parser(sub)  # noqa: E702
+    tr.set_defaults(dtype="float32", compile="none")  # trainers run in float32, eagerly (autograd)
+    report.add_report_parser(sub)
+    lossless.add_lossless_parser(sub)
+    profile.add_profile_parser(sub)
     return parser
 
 
@@ -125,9 +134,19 @@ def _setup_threads(threads: int | None) -> int:
     return n
 
 
-def _load_target(args):
+def _load_target(args, threads: int):
+    """The target in the dtype and compile mode the flags ask for, or the fastest measured here."""
+    from . import kernels
     from .target import TargetModel
-    return TargetModel.load(args.model, args.dtype, args.device)
+    config = kernels.choose(args.dtype, getattr(args, "compile", "none"), args.model, args.device, threads,
+                            lambda dtype: TargetModel.load(args.model, dtype, args.device))
+    target = TargetModel.load(args.model, config.dtype, args.device)
+    mode, why = kernels.apply(target, config.compile)
+    if why:
+        print(f"note: cannot compile here ({why}); running eagerly", file=sys.stderr)
+    target.engine = {"dtype": config.dtype, "compile": mode, "chosen": config.source,
+                     **({"compile_failed": why} if why else {})}
+    return target
 
 
 def _method_options(labels: list[str], raw: list[str]) -> dict[str, tuple[str, list[str]]]:
@@ -146,9 +165,11 @@ def _method_options(labels: list[str], raw: list[str]) -> dict[str, tuple[str, l
     return out
 
 
-def _default_name(method, settings, dtype: str) -> str:
+def _default_name(method, settings, target) -> str:
     opts = "".join(f"-{k}={Path(str(v)).name}" for k, v in sorted(method.changed.items()))
-    return f"{method.name}{opts}-{dtype}-temp{settings.temperature:g}-n{settings.max_new_tokens}.jsonl"
+    mode = target.engine["compile"]
+    engine = target.engine["dtype"] + ("" if mode == "none" else f"-{mode}")
+    return f"{method.name}{opts}-{engine}-temp{settings.temperature:g}-n{settings.max_new_tokens}.jsonl"
 
 
 def cmd_run(args, methods_arg: list[str]) -> int:
@@ -158,7 +179,7 @@ def cmd_run(args, methods_arg: list[str]) -> int:
     from .options import resolve_options
     from .plugins import build_registry
     from .results import ResultWriter, check_writable, provenance
-    from .runner import Settings, build_method, check_settings, resolve_verifier, run_all
+    from .runner import Settings, build_method, check_settings, resolve_verifier, run_all, warm_up
     from .summary import print_summary
     from .timing import instrumentation_cost_s
     from .tasks.specbench import describe_selection, find_question_file, load_questions, parse_subtasks, select, \
@@ -185,7 +206,7 @@ def cmd_run(args, methods_arg: list[str]) -> int:
     subtasks = parse_subtasks(args.subtasks)
     questions = select(available, subtasks, args.limit)
     threads = _setup_threads(args.threads)
-    target = _load_target(args)
+    target = _load_target(args, threads)
     methods = []
     for label, (name, opts) in variants.items():
         m = build_method(registry, name, opts, target, settings.temperature, args.verifier)
@@ -196,12 +217,13 @@ def cmd_run(args, methods_arg: list[str]) -> int:
         paths = {methods[0].label: Path(out)}
     else:
         base = Path(args.out_dir) if getattr(args, "out_dir", None) else RESULTS_DIR / target.name
-        paths = {m.label: base / _default_name(m, settings, args.dtype) for m in methods}
+        paths = {m.label: base / _default_name(m, settings, target) for m in methods}
     if len(set(paths.values())) != len(paths):
         raise UsageError("two entries of --methods resolve to the same method and options; drop one")
 
     def header(m) -> dict:
-        return provenance(model=target.name, model_source=target.source, dtype=args.dtype, device=args.device,
+        return provenance(model=target.name, model_source=target.source, dtype=target.engine["dtype"],
+                          compile=target.engine["compile"], engine=target.engine, device=args.device,
                           threads=threads, method=m.name, label=m.label, options=m.options,
                           option_defaults=m.defaults, options_changed=m.changed, verifier=m.verifier,
                           max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
@@ -224,7 +246,7 @@ def cmd_run(args, methods_arg: list[str]) -> int:
     if getattr(args, "baseline", "none") == "vanilla" and methods[0].name != "vanilla":
         vanilla = build_method(registry, "vanilla", [], target, settings.temperature, args.verifier)
         found, holds_all = _vanilla_baseline(paths[methods[0].label].parent, header(vanilla), questions,
-                                             _default_name(vanilla, settings, args.dtype))
+                                             _default_name(vanilla, settings, target))
         summary_paths.insert(0, found)
         if holds_all:
             print(f"baseline: vanilla results with the same settings in {found}", file=sys.stderr)
@@ -260,9 +282,14 @@ def cmd_run(args, methods_arg: list[str]) -> int:
     on_round = ((lambda rd, ctx: hook.specharness_round(record=rd, context=ctx)) if _has_round_observers(registry)
                 else None)
     cost = instrumentation_cost_s(args.device)
-    for w in writers.values():
-        w.update_meta(instrumentation_s_per_round=cost)
     try:
+        warm = warm_up(target, methods, questions, settings)
+        if target.backend.compiled:
+            print(f"engine: {target.engine['dtype']} compiled ({target.engine['compile']}): {warm['graphs']} graphs, "
+                  f"{warm['compile_s']:.0f} s compiling in warm-up (not timed)", file=sys.stderr)
+        for w in writers.values():
+            w.update_meta(instrumentation_s_per_round=cost, warmup=warm)
+        graphs_before = len(target.backend.graphs)
         run_all(target, methods, questions, settings, done,
                 on_result=lambda r: hook.specharness_question_done(result=r),
                 on_round=on_round)
@@ -277,8 +304,14 @@ def cmd_run(args, methods_arg: list[str]) -> int:
     finally:
         registry.pm.unregister(observer)
     bar.close()
+    late = len(target.backend.graphs) - graphs_before
     for w in writers.values():
+        if late:  # a graph compiled while timing: its question's time includes compiling
+            w.update_meta(graphs_compiled_while_timing=late)
         w.close()
+    if late:
+        print(f"warning: {late} graph(s) compiled during timed runs; those questions' times include compiling "
+              "(raise --warmup, or rerun: compiled graphs are cached on disk)", file=sys.stderr)
     if stats["truncated"]:
         print(f"warning: {stats['truncated']} prompt(s) were longer than the context and left-truncated", file=sys.stderr)
     print_summary(summary_paths, questions=[q.question_id for q in questions])
@@ -345,7 +378,7 @@ def cmd_train(args) -> int:
     spec = reg.trainer(args.trainer)
     options = resolve_options(args.trainer, spec.options, args.option)
     threads = _setup_threads(args.threads)
-    target = _load_target(args)
+    target = _load_target(args, threads)
     report = spec.run(target, options, Path(args.out) if args.out else None, args.resume)
     report = {**(report or {}), "threads": threads}
     print(json.dumps(report, indent=1, default=str))
@@ -367,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_list(args)
         if args.command == "train":
             return cmd_train(args)
+        if args.command == "profile":
+            return profile.cmd_profile(args, _setup_threads(args.threads))
         if args.command in ("report", "lossless"):
             return report.cmd_report(args) if args.command == "report" else lossless.cmd_lossless(args)
     except UsageError as exc:

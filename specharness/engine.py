@@ -3,14 +3,16 @@
 Positions: after the prefill, ``state.ids[-1]`` is the *current* token: chosen by the target but
 not yet run through it. A round is
 
-    drafter.propose(state)            -> drafts d1..dk (+ their q when sampling, and optionally the
-                                         hidden states entering layer l for current, d1..dk)
-    target layers [l, L) on those k+1 positions, from the shared cache   -> logits [k+1, V]
-    verifier(logits, drafts, q)       -> n accepted, plus the target's own next token
-    cache.crop(pos + n + 1); drafter.commit(state, n)
+    drafter.propose(state)  -> drafts (a chain, or a tree by parent indices), their q when sampling,
+                               and optionally the hidden states entering layer l for every node
+    target layers [l, L) on the current token + drafts, one forward, shared cache   -> logits
+    verifier(logits, drafts, q, ...)  -> the accepted path and the target's own next token
+    cache keeps the accepted path (moved into place for a tree); drafter.commit(state, verified)
 
-so every round costs exactly one target forward and adds n + 1 tokens. Vanilla decoding is the
-drafter that proposes nothing.
+so every round costs exactly one target forward and adds the accepted drafts + 1 tokens. Vanilla
+decoding is the drafter that proposes nothing. ``commit`` receives the target's final hidden
+states (before the final norm) and logits at the accepted positions, and the hidden states of the
+layers the drafter names in ``capture_layers`` (feature-level drafters like EAGLE need them).
 """
 
 from __future__ import annotations
@@ -22,17 +24,44 @@ import torch
 
 from .records import Generation, Round
 from .target import KVCache, TargetModel
-from .timing import clock_for
+from .timing import RoundTimer
+from .tree import Tree
+
+CACHE_ROOM = 128  # slots past prompt + answer: drafts of the last round and compiled widths' padding
 
 
 @dataclass
 class Proposal:
-    """What a drafter hands the engine; it never verifies or touches the acceptance maths."""
+    """What a drafter hands the engine; it never verifies or touches the acceptance maths.
+
+    ``parents[i]`` is the node draft i continues: 0 = the current token, j = draft j - 1 (None: a
+    chain). Sibling drafts must be distinct; when sampling, ``q[i]`` is the distribution of the
+    draft's *parent* node from which its children were drawn in order without replacement (for a
+    chain: the distribution draft i was drawn from), or ``q`` is None: drafts chosen
+    deterministically. ``hidden`` holds the states entering layer ``layer`` for every node
+    (current token first), so verification runs only layers [layer, L).
+    """
 
     tokens: list[int] = field(default_factory=list)
-    q: torch.Tensor | None = None  # [k, V] draft distributions (sampling); None = deterministic drafts
-    hidden: torch.Tensor | None = None  # [k+1, H] states entering layer `layer` for current, d1..dk
+    q: torch.Tensor | None = None
+    hidden: torch.Tensor | None = None
     layer: int = 0
+    parents: list[int] | None = None
+
+
+@dataclass
+class Verified:
+    """What the target said about a proposal, for ``Drafter.commit``."""
+
+    start: int  # the position of the round's current token
+    accepted: int  # drafts kept (the accepted path's length)
+    path: tuple[int, ...]  # tree nodes of the kept drafts, in order (a chain: 1 .. accepted)
+    hidden: torch.Tensor  # [accepted + 1, H] final hidden states (before the norm) of current + kept drafts
+    logits: torch.Tensor  # [accepted + 1, V] the target's logits there
+    captured: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> [accepted + 1, H]
+
+    def __int__(self) -> int:
+        return self.accepted
 
 
 @dataclass
@@ -47,6 +76,7 @@ class DecodeState:
     temperature: float
     generator: torch.Generator
     last_hidden: torch.Tensor | None = None  # normed final hidden state that chose ids[-1]
+    prompt_hidden: torch.Tensor | None = None  # the prompt's final hidden states (before the norm), for begin
 
     @property
     def pos(self) -> int:
@@ -55,27 +85,29 @@ class DecodeState:
 
     @property
     def max_draft(self) -> int:
-        """Drafts beyond this could not be kept: every round also adds the target's own token."""
+        """Longest chain of drafts that could be kept: every round also adds the target's own token."""
         return self.max_new_tokens - (len(self.ids) - self.prompt_len) - 1
 
 
 class Drafter(Protocol):
     exit_layer: int  # layer whose hidden states the drafter hands over (0: it hands over none)
+    # optional: layers whose output hidden states ``commit`` should receive (EAGLE-3 style)
+    capture_layers: tuple[int, ...]
 
     def begin(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
         """Called after the prefill; ``prefill_hidden`` = prompt states entering ``exit_layer``."""
 
     def propose(self, state: DecodeState) -> Proposal: ...
 
-    def commit(self, state: DecodeState, accepted: int) -> None:
-        """Called after the cache was cut back to the accepted length."""
+    def commit(self, state: DecodeState, verified: Verified) -> None:
+        """Called after the cache was cut back to the accepted path."""
 
     # optional: seconds of ``begin`` that are no cost of the method (an oracle's look-ahead); the
     # engine leaves them out of the prefill round and of the wall time
     untimed_s: float
 
 
-Accept = Callable[[torch.Tensor, list[int], torch.Tensor | None, float, torch.Generator | None], object]
+Accept = Callable[..., object]
 Observer = Callable[[Round], None]
 
 
@@ -84,62 +116,65 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
              max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
              on_round: Observer | None = None) -> Generation:
     """Decode one prompt with ``drafter`` proposing and ``accept`` deciding; returns ids and rounds."""
-    perf_counter = clock_for(target.device)
-    started = perf_counter()
+    timer = RoundTimer(target.device)
     n_prompt = len(prompt_ids)
     gen = torch.Generator(device=target.device).manual_seed(seed)
-    cache = target.new_cache(n_prompt + max_new_tokens)
+    cache = target.session_cache(n_prompt + max_new_tokens + CACHE_ROOM)
     state = DecodeState(target, cache, list(prompt_ids), n_prompt, max_new_tokens, temperature, gen)
-    L, l = target.n_layers, drafter.exit_layer
+    l, capture = drafter.exit_layer, tuple(getattr(drafter, "capture_layers", ()))
     rounds: list[Round] = []
 
     # prefill: the whole prompt, split at the drafter's exit layer so it can keep those states
-    h = target.embed(torch.tensor(prompt_ids, device=target.device))
-    h_exit = target.layers(h, 0, 0, l, cache) if l else None
-    h = target.layers(h_exit if l else h, 0, l, L, cache)
-    hn = target.norm(h[-1:])
-    t_verified = perf_counter()
-    acc = accept(target.head(hn), [], None, temperature, gen)
+    ids = torch.tensor(prompt_ids, device=target.device)
+    h_exit = target.forward(ids, cache, 0, 0, l).hidden if l else None
+    out = target.forward(h_exit if l else ids, cache, 0, l, head=True)
+    timer.mark()  # verified
+    acc = accept(out.logits[-1:], [], None, temperature, gen)
     state.ids.append(acc.next_token)
-    state.last_hidden = hn[0]
+    state.last_hidden = target.norm(out.hidden[-1])
+    state.prompt_hidden = out.hidden
     drafter.begin(state, h_exit)
+    state.prompt_hidden = None
     untimed = getattr(drafter, "untimed_s", 0.0)
-    t_done = perf_counter()
-    rounds.append(Round(0, 0, 0.0, t_verified - started, t_done - t_verified - untimed))
+    timer.mark()  # accepted
+    draft_s, verify_s, accept_s = timer.split(prefill=True)
+    rounds.append(Round(0, 0, draft_s, verify_s, accept_s - untimed, width=n_prompt))
     if on_round:
         on_round(rounds[-1])
 
     eos = target.eos_ids
     stop = "eos" if acc.next_token in eos else "length"
     while stop != "eos" and len(state.ids) - n_prompt < max_new_tokens:
-        t0 = perf_counter()
+        timer.start()
         prop = drafter.propose(state)
-        t1 = perf_counter()
+        timer.mark()  # drafted
         drafts, pos = prop.tokens, state.pos
         k = len(drafts)
-        if k > state.max_draft:
-            raise RuntimeError(f"drafter proposed {k} tokens with room for {state.max_draft}")
-        if prop.hidden is not None:
-            h, a = prop.hidden, prop.layer
-        else:
-            h, a = target.embed(torch.tensor([state.ids[-1], *drafts], device=target.device)), 0
-        hn = target.norm(target.layers(h, pos, a, L, cache))
-        logits = target.head(hn)
-        t2 = perf_counter()
-        acc = accept(logits, drafts, prop.q, temperature, gen)
-        n = acc.accepted
-        new = drafts[:n] + [acc.next_token]
+        tree = Tree.from_drafts(prop.parents, k)
+        if max(tree.depths) > state.max_draft:
+            raise RuntimeError(f"drafter proposed a path of {max(tree.depths)} tokens with room for {state.max_draft}")
+        x = prop.hidden if prop.hidden is not None else torch.tensor([state.ids[-1], *drafts], device=target.device)
+        out = target.forward(x, cache, pos, prop.layer, tree=tree, head=True, capture=capture)
+        timer.mark()  # verified
+        extra = {} if tree.is_chain else {"parents": prop.parents}
+        acc = accept(out.logits, drafts, prop.q, temperature, gen, **extra)
+        path = tuple(acc.path) if getattr(acc, "path", None) is not None else tuple(range(1, acc.accepted + 1))
+        new = [drafts[i - 1] for i in path] + [acc.next_token]
         for i, tok in enumerate(new):
             if tok in eos:
                 new, stop = new[:i + 1], "eos"
                 break
         state.ids.extend(new)
-        cache.crop(pos + n + 1)
-        state.last_hidden = hn[n]
-        drafter.commit(state, n)
-        t3 = perf_counter()
-        rounds.append(Round(k, min(n, len(new)), t1 - t0, t2 - t1, t3 - t2))  # drafts kept, not past an eos
+        nodes = [0, *path]
+        cache.compact(pos, nodes)
+        cache.crop(pos + len(nodes))
+        state.last_hidden = target.norm(out.hidden[nodes[-1]])
+        drafter.commit(state, Verified(pos, len(path), path, out.hidden[nodes], out.logits[nodes],
+                                       {layer: h[nodes] for layer, h in (out.captured or {}).items()}))
+        timer.mark()  # accepted
+        draft_s, verify_s, accept_s = timer.split()
+        rounds.append(Round(k, min(len(path), len(new)), draft_s, verify_s, accept_s, width=k + 1))
         if on_round:
             on_round(rounds[-1])
-    out = state.ids[n_prompt:n_prompt + max_new_tokens]
-    return Generation(out, rounds, perf_counter() - started - untimed, stop)
+    out_ids = state.ids[n_prompt:n_prompt + max_new_tokens]
+    return Generation(out_ids, rounds, timer.total() - untimed, stop)

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from . import kernels
 from .distributions import (chi_square, exact_sequence_distribution, next_token_probs, pool_cells, power,
                             samples_for_power)
 from .errors import UsageError
@@ -301,7 +302,9 @@ def add_lossless_parser(subparsers) -> None:
                         "(greedy or sampling); default greedy / speculative-sampling")
     p.add_argument("--levels", default="greedy,a,b,c", help="which checks: greedy, a, b, c")
     p.add_argument("--model", default="smollm2", help="target for the greedy and (b) checks")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", default="float32", help="target dtype (float32: strict identity; lower: near-ties certified)")
+    p.add_argument("--compile", default="none", choices=("none", "default", "max-autotune"),
+                   help="run the target compiled, as a benchmark at that setting does")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE.py")
@@ -428,6 +431,9 @@ def cmd_lossless(args) -> int:
     target = None
     if "greedy" in levels or "b" in levels:
         target = TargetModel.load(args.model, args.dtype, args.device)
+        mode, why = kernels.apply(target, args.compile)
+        if why:
+            print(f"note: cannot compile here ({why}); checking eagerly", file=sys.stderr)
 
     if "greedy" in levels:
         from .tasks.specbench import describe_selection, find_question_file, load_questions, parse_subtasks, select

@@ -136,7 +136,7 @@ def break_even_acceptance(records: Records, vanilla: Records, full: bool = False
     return (tb["round_s"] / c_v - 1) / k
 
 
-def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """Least-squares (intercept, slope); with one distinct x the line goes through the origin."""
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
@@ -167,8 +167,8 @@ def cost_model(records: Records, vanilla: Records) -> dict:
     vt = [x for r in vanilla for x in r.timed_rounds()]
     if not rt or not vt or not any(x[0] for x in rt) or not any(x[2] for x in rt):
         return {}
-    a, b = _line([x[0] for x in rt], [x[2] for x in rt])
-    g, h = _line([x[0] + 1 for x in rt], [x[3] for x in rt])
+    a, b = fit_line([x[0] for x in rt], [x[2] for x in rt])
+    g, h = fit_line([x[0] + 1 for x in rt], [x[3] for x in rt])
     c = sum(x[4] for x in rt) / len(rt)
     t_v = sum(x[2] + x[3] + x[4] for x in vt) / len(vt)
     by_k: dict[int, list[float]] = {}

@@ -26,6 +26,7 @@ class Round:
     draft_s: float
     verify_s: float
     accept_s: float
+    width: int = 0  # positions the round's target forward computed (drafted + 1; the prompt for a prefill)
 
 
 @dataclass
@@ -63,10 +64,14 @@ class TurnRounds:
     draft_s: list[float] | None = None
     verify_s: list[float] | None = None
     accept_s: list[float] | None = None
+    width: list[int] | None = None  # forward widths (absent in older files: drafted + 1)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "TurnRounds":
-        return cls(d["drafted"], d["accepted"], d.get("draft_s"), d.get("verify_s"), d.get("accept_s"))
+        return cls(d["drafted"], d["accepted"], d.get("draft_s"), d.get("verify_s"), d.get("accept_s"), d.get("width"))
+
+    def widths(self) -> list[int]:
+        return self.width if self.width is not None else [d + 1 for d in self.drafted]
 
     @property
     def timed(self) -> bool:

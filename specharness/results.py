@@ -25,9 +25,9 @@ from .records import Generation, QuestionRecord, QuestionResult
 
 FORMAT = "specharness-result/1"
 # settings that must match for a resumed file or a vanilla baseline to be comparable
-IDENTITY = ("model", "dtype", "device", "threads", "method", "options", "verifier", "max_new_tokens", "temperature",
-            "seed")
-BASELINE_IDENTITY = ("model", "dtype", "device", "max_new_tokens", "temperature")
+IDENTITY = ("model", "dtype", "compile", "device", "threads", "method", "options", "verifier", "max_new_tokens",
+            "temperature", "seed")
+BASELINE_IDENTITY = ("model", "dtype", "compile", "device", "max_new_tokens", "temperature")
 # what a vanilla file found beside a run must share with it to serve as that run's baseline
 RUN_BASELINE_IDENTITY = (*BASELINE_IDENTITY, "seed", "threads", "questions_sha256")
 
@@ -112,6 +112,7 @@ def question_record(result: QuestionResult, meta: dict[str, Any]) -> dict[str, A
                 "draft_s": [round(r.draft_s, 7) for r in g.rounds],
                 "verify_s": [round(r.verify_s, 7) for r in g.rounds],
                 "accept_s": [round(r.accept_s, 7) for r in g.rounds],
+                "width": [r.width for r in g.rounds],
             } for g in gens],
         }],
         "truncated": result.truncated,

@@ -9,6 +9,7 @@ token for token (greedy, or sampling with the same seed), else the run stops wit
 from __future__ import annotations
 
 import statistics
+import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Callable
@@ -45,6 +46,7 @@ class Method:
     defaults: dict = field(default_factory=dict)  # every option's declared default (kept in headers)
     label: str = ""  # how compare names this variant (e.g. "kangaroo:eta=0.4"); defaults to name
     info: dict = field(default_factory=dict)  # the drafter's own description (DrafterSpec.info)
+    max_width: int = 1  # widest verification forward the method can ask for (compiled before timing)
 
     def __post_init__(self) -> None:
         self.label = self.label or self.name
@@ -92,7 +94,8 @@ def build_method(registry: Registry, name: str, raw_options: list[str] | dict, t
 
     extra = spec.params(target, options) if spec.params else 0
     info = spec.info(target, options) if spec.info else {}
-    return Method(name, options, vname, run, extra, changed, defaults, info=info)
+    return Method(name, options, vname, run, extra, changed, defaults, info=info,
+                  max_width=int(getattr(drafter, "max_width", 1)))
 
 
 def question_seed(seed: int, question_id) -> int:
@@ -135,21 +138,25 @@ def run_question(target: TargetModel, method: Method, q: Question, s: Settings,
     return res
 
 
-def warm_up(target: TargetModel, methods: list[Method], questions: list[Question], s: Settings) -> None:
-    """Untimed runs so lazy initialisation and allocator growth do not land on question one."""
-    if not s.warmup or not questions:
-        return
-    short = Settings(min(16, s.max_new_tokens), s.temperature, s.seed)
-    for _ in range(s.warmup):
-        for m in methods:
-            run_question(target, m, Question("warmup", "qa", "qa", questions[0].turns[:1]), short)
+def warm_up(target: TargetModel, methods: list[Method], questions: list[Question], s: Settings) -> dict:
+    """Untimed runs so lazy initialisation, allocator growth and compilation do not land on question
+    one; a compiled target then compiles every width a timed round may need. Returns what it took."""
+    started, compiled_before = time.perf_counter(), target.backend.compile_s
+    if s.warmup and questions:
+        short = Settings(min(16, s.max_new_tokens), s.temperature, s.seed)
+        for _ in range(s.warmup):
+            for m in methods:
+                run_question(target, m, Question("warmup", "qa", "qa", questions[0].turns[:1]), short)
+    graphs = target.precompile(max((m.max_width for m in methods), default=1))
+    return {"warmup_s": time.perf_counter() - started, "compile_s": target.backend.compile_s - compiled_before,
+            "graphs": len(target.backend.graphs), "graphs_compiled_after_warmup_runs": graphs}
 
 
 def run_all(target: TargetModel, methods: list[Method], questions: list[Question], s: Settings,
             done: dict[str, set], on_result: Callable[[QuestionResult], None],
             on_round: RoundObserver | None = None) -> None:
-    """Every pending question under every method, repeats in rotating order, results as they finish."""
-    warm_up(target, methods, questions, s)
+    """Every pending question under every method, repeats in rotating order, results as they finish
+    (call ``warm_up`` first)."""
     for qi, q in enumerate(questions):
         todo = [m for m in methods if q.question_id not in done.get(m.label, set())]
         if not todo:

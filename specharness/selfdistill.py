@@ -479,6 +479,25 @@ def compute_features(target, dataset, layers: tuple[int, ...], topk: int, progre
     return out
 
 
+def features(target, dataset, meta: dict, data_dir: Path, layer: int, topk: int) -> dict[str, torch.Tensor]:
+    """The hidden states entering ``layer`` (``n_layers``: after the last layer, before the final
+    norm) and the target's top-``topk`` at trained positions, for every token of the data: captured
+    during generation when they fit, else teacher-forced once and cached beside the data."""
+    from safetensors.torch import load_file, save_file
+    s = meta["settings"]
+    if layer in s["capture_layers"] and s["topk"] >= topk and (data_dir / "features.safetensors").is_file():
+        f = load_features(data_dir)
+        return {"hidden": f[f"hidden.{layer}"], "ids": f["topk_ids"][:, :topk], "probs": f["topk_probs"][:, :topk],
+                "offsets": f["offsets"]}
+    extra = data_dir / f"features-l{layer}-k{topk}.safetensors"
+    if extra.is_file():
+        f = load_file(str(extra))
+    else:
+        f = compute_features(target, dataset, (layer,), topk)
+        save_file(f, str(extra))
+    return {"hidden": f[f"hidden.{layer}"], "ids": f["topk_ids"], "probs": f["topk_probs"], "offsets": f["offsets"]}
+
+
 def examples(dataset, indices: list[int] | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(input_ids [n] long, loss_mask [n] bool) for each row (see the loss-mask convention)."""
     rows = range(len(dataset)) if indices is None else indices

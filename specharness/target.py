@@ -1,13 +1,19 @@
 """The target model: the one place that knows a decoder's architecture.
 
 Method plugins never touch transformers' modules. They call this interface instead:
-``embed`` -> ``layers(h, start, a, b, cache)`` (decoder layers [a, b) over consecutive positions,
-writing one shared KV cache) -> ``norm`` -> ``head`` (the model's own LM head, never copied).
+``forward(x, cache, start, a, b, tree=..., head=...)`` runs decoder layers [a, b) over T positions
+(token ids when a = 0, hidden states otherwise), writes their keys and values into cache slots
+``start .. start+T-1`` and returns the hidden states (before the final norm) and, asked for, the
+logits of the model's own LM head (never copied). Positions are addressed: a tree node at depth d
+sits at position ``start + d`` and attends to the committed prefix, its ancestors and itself
+(``specharness.tree``); a chain is the tree ``[-1, 0, 1, ...]``.
 
-The forward is a lean re-statement of the LLaMA-family decoder (LLaMA, Mistral, Qwen2) over the
-very tensors transformers loaded. On a 2-core CPU, kernel and dispatch overhead decide vanilla
-speed (DESIGN.md), and per-layer access with a cache that can be cut back is what self-drafting
-needs. ``tests/test_target.py`` checks its logits against transformers for every family here.
+The forward is a lean restatement of the LLaMA-family decoder (LLaMA, Mistral, Qwen2) over the very
+tensors transformers loaded (``DecoderStack``), run eagerly or compiled (``torch.compile`` with
+inductor freezing, so linear weights are prepacked; widths padded to a few buckets so each compiled
+graph sees static shapes). Which dtype and mode are fastest is measured, not assumed
+(``specharness.config``). ``tests/test_target.py`` checks the logits against transformers for every
+family, and compiled logits against eager ones.
 """
 
 from __future__ import annotations
@@ -22,9 +28,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from .errors import UsageError
 from .paths import cache_root
+from .tree import Tree
 
 SUPPORTED_FAMILIES = ("llama", "mistral", "qwen2")
 DEFAULT_MODEL = "smollm2"
@@ -43,39 +51,81 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * xf.to(x.dtype)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of [heads, T, d] at the positions whose cos/sin rows are given."""
     h = x.shape[-1] // 2
-    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+    return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+           slots: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Write k, v ([kv heads, T, d]) into cache slots, then attend q ([heads, T, d]) over the first
+    ``mask.shape[1]`` slots under ``mask`` ([T, slots] bool, True = may attend). Grouped-query heads
+    share their key/value head without copies (one batched matmul per key/value head). Returns [T, heads * d]."""
+    k_cache.index_copy_(1, slots, k)
+    v_cache.index_copy_(1, slots, v)
+    H, T, d = q.shape
+    Hkv, n = k_cache.shape[0], mask.shape[-1]
+    g = H // Hkv
+    scores = torch.bmm(q.reshape(Hkv, g * T, d), k_cache[:, :n].transpose(1, 2)).float() * d ** -0.5
+    scores = scores.view(Hkv, g, T, n).masked_fill(~mask, float("-inf"))
+    p = torch.softmax(scores, dim=-1).to(q.dtype).view(Hkv, g * T, n)
+    return torch.bmm(p, v_cache[:, :n]).view(H, T, d).transpose(0, 1).reshape(T, H * d)
+
+
+def attention_mask(start: int, tree: Tree, width: int, device) -> torch.Tensor:
+    """[width, start + width] bool: every row sees the committed prefix; tree rows see their
+    ancestors and themselves; padding rows (past the tree) see only themselves."""
+    T = len(tree)
+    m = torch.zeros(width, start + width, dtype=torch.bool, device=device)
+    m[:, :start] = True
+    m[:T, start:start + T] = tree.ancestors_mask(device)
+    if width > T:
+        idx = torch.arange(T, width, device=device)
+        m[idx, start + idx] = True
+    return m
 
 
 class KVCache:
-    """Preallocated keys/values for one sequence; cutting back is moving a length, not copying.
+    """Preallocated keys and values, one tensor pair per layer, addressed by slot.
 
-    Each layer keeps its own valid length, because a self-drafter writes the shallow layers ahead
-    of the deep ones. A write must start at or before the layer's valid length (no gaps).
+    Cutting back is moving a length, not copying. Each layer keeps its own valid length, because a
+    self-drafter writes the shallow layers ahead of the deep ones; a write must start at or before
+    the layer's valid length (no gaps). A tree's accepted path is moved into consecutive slots by
+    ``compact``.
     """
 
     def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, max_len: int,
                  dtype: torch.dtype, device: torch.device | str) -> None:
-        shape = (n_layers, n_kv_heads, max_len, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.k = [torch.zeros(n_kv_heads, max_len, head_dim, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.v = [torch.zeros(n_kv_heads, max_len, head_dim, dtype=dtype, device=device) for _ in range(n_layers)]
         self.lengths = [0] * n_layers
         self.max_len = max_len
 
-    def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        end = start + k.shape[1]
-        if start > self.lengths[layer]:
-            raise RuntimeError(f"KV cache gap at layer {layer}: write at {start}, valid {self.lengths[layer]}")
-        if end > self.max_len:
-            raise RuntimeError(f"KV cache overflow: position {end} > capacity {self.max_len}")
-        self.k[layer, :, start:end] = k
-        self.v[layer, :, start:end] = v
-        self.lengths[layer] = end
+    def claim(self, a: int, b: int, start: int, n: int, width: int | None = None) -> None:
+        """Layers [a, b) are about to be written at slots start .. start + width - 1, of which the
+        first n hold real positions (the rest are padding, overwritten before anyone sees them)."""
+        if start + (width or n) > self.max_len:
+            raise RuntimeError(f"KV cache overflow: position {start + (width or n)} > capacity {self.max_len}")
+        for layer in range(a, b):
+            if start > self.lengths[layer]:
+                raise RuntimeError(f"KV cache gap at layer {layer}: write at {start}, valid {self.lengths[layer]}")
+            self.lengths[layer] = start + n
 
     def crop(self, n: int) -> None:
         """Forget every position >= n in every layer (rejected drafts)."""
         self.lengths = [min(length, n) for length in self.lengths]
+
+    def compact(self, start: int, nodes: list[int]) -> None:
+        """Move the entries of slots ``start + nodes[i]`` to ``start + i`` in every layer (the
+        accepted path of a tree; nodes ascend, so no entry is overwritten before it is moved)."""
+        if all(n == i for i, n in enumerate(nodes)):
+            return
+        src = torch.tensor(nodes, device=self.k[0].device) + start
+        dst = torch.arange(start, start + len(nodes), device=src.device)
+        for layer in range(len(self.k)):
+            for buf in (self.k[layer], self.v[layer]):
+                buf.index_copy_(1, dst, buf.index_select(1, src))
 
 
 @dataclass
@@ -94,6 +144,133 @@ class DecoderLayer:
     ln2: torch.Tensor
     w_gate_up: torch.Tensor
     w_down: torch.Tensor
+
+
+@dataclass
+class Forward:
+    """What a target forward returns: hidden states after its last layer (before the final norm),
+    the logits when asked, and the hidden states after the layers a drafter asked to capture."""
+
+    hidden: torch.Tensor
+    logits: torch.Tensor | None = None
+    captured: dict[int, torch.Tensor] | None = None
+
+
+class DecoderStack(nn.Module):
+    """The decoder's layers as one module over the target's own tensors (no copies), so the whole
+    range [a, b) can be compiled into one graph with frozen, prepacked weights."""
+
+    def __init__(self, t: "TargetModel") -> None:
+        super().__init__()
+        P = lambda x: nn.Parameter(x, requires_grad=False)  # noqa: E731  (shares the tensor's storage)
+        self.wqkv = nn.ParameterList([P(w.attn.wqkv) for w in t.layers_w])
+        self.bqkv = nn.ParameterList([P(w.attn.bqkv) for w in t.layers_w]) if t.layers_w[0].attn.bqkv is not None else None
+        self.wo = nn.ParameterList([P(w.attn.wo) for w in t.layers_w])
+        self.ln1 = nn.ParameterList([P(w.ln1) for w in t.layers_w])
+        self.ln2 = nn.ParameterList([P(w.ln2) for w in t.layers_w])
+        self.w_gate_up = nn.ParameterList([P(w.w_gate_up) for w in t.layers_w])
+        self.w_down = nn.ParameterList([P(w.w_down) for w in t.layers_w])
+        self.norm_weight = P(t.norm_weight)
+        self.embed_weight = P(t.embed_weight)
+        self.head_weight = self.embed_weight if t.head_weight is t.embed_weight else P(t.head_weight)
+        self.register_buffer("cos", t._cos, persistent=False)
+        self.register_buffer("sin", t._sin, persistent=False)
+        self.eps, self.H, self.Hkv, self.d = t.eps, t.n_heads, t.n_kv_heads, t.head_dim
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor,
+                k_caches: list[torch.Tensor], v_caches: list[torch.Tensor], a: int, b: int, head: bool,
+                capture: tuple[int, ...] = ()) -> tuple:
+        h = F.embedding(x, self.embed_weight) if x.dtype == torch.long else x
+        T, H, Hkv, d = h.shape[0], self.H, self.Hkv, self.d
+        cos, sin = self.cos[positions], self.sin[positions]
+        captured = []
+        for j, i in enumerate(range(a, b)):
+            qkv = F.linear(rms_norm(h, self.ln1[i], self.eps), self.wqkv[i], self.bqkv[i] if self.bqkv is not None else None)
+            q, k, v = qkv.split([H * d, Hkv * d, Hkv * d], dim=-1)
+            q = rotary(q.view(T, H, d).transpose(0, 1), cos, sin)
+            k = rotary(k.view(T, Hkv, d).transpose(0, 1), cos, sin)
+            o = attend(q, k, v.view(T, Hkv, d).transpose(0, 1), k_caches[j], v_caches[j], slots, mask)
+            h = h + F.linear(o, self.wo[i])
+            gate, up = F.linear(rms_norm(h, self.ln2[i], self.eps), self.w_gate_up[i]).chunk(2, dim=-1)
+            h = h + F.linear(F.silu(gate) * up, self.w_down[i])
+            if i in capture:
+                captured.append(h)
+        logits = F.linear(rms_norm(h, self.norm_weight, self.eps), self.head_weight) if head else None
+        return h, logits, tuple(captured)
+
+
+# ---- running the stack: eagerly, or compiled ---------------------------------------------------------
+COMPILE_MODES = ("none", "default", "max-autotune")
+WIDTH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # compiled graphs see these widths (padded); wider runs dynamic
+
+
+class EagerBackend:
+    """The stack as written, op by op."""
+
+    compiled = False
+    mode = "none"
+
+    def __init__(self, stack: DecoderStack) -> None:
+        self.stack = stack
+        self.graphs: set[tuple] = set()  # (a, b, head, capture, ids?, width) of every graph compiled
+        self.compile_s = 0.0
+
+    def width(self, T: int) -> int:
+        return T
+
+    def __call__(self, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture):
+        return self.stack(x, positions, slots, mask, k_caches, v_caches, a, b, head, capture)
+
+
+def _forward_wide(stack: DecoderStack, *args):
+    """A second entry point (its own code object, so its own graph cache) for widths past the
+    buckets, e.g. a prefill: compiled once with a dynamic width."""
+    return stack(*args)
+
+
+class CompiledBackend(EagerBackend):
+    """``torch.compile`` of the whole range [a, b) as one graph. On CPU inductor freezes the weights
+    (constant-folded and prepacked for oneDNN); widths up to 64 are padded to a bucket, so every
+    graph has static shapes except the context length; wider inputs take one dynamic-width graph.
+    ``graphs`` records every (range, head, capture, width) compiled, so warm-up can compile them all
+    before timing starts."""
+
+    compiled = True
+
+    def __init__(self, stack: DecoderStack, mode: str, device: torch.device) -> None:
+        import torch._dynamo
+        super().__init__(stack)
+        self.mode = mode
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
+        torch._dynamo.config.accumulated_cache_size_limit = max(torch._dynamo.config.accumulated_cache_size_limit, 1024)
+        torch._dynamo.config.automatic_dynamic_shapes = False  # widths stay static: one graph per bucket
+        if device.type == "cpu":
+            import torch._inductor.config as inductor_config
+            inductor_config.freezing = True
+        options = {"mode": None if mode == "default" else ("max-autotune-no-cudagraphs" if device.type == "cpu"
+                                                          else mode)}
+        if device.type == "cuda" and mode == "default":
+            options["mode"] = "reduce-overhead"  # CUDA graphs: the static widths replay without launch overhead
+        self.narrow = torch.compile(stack, fullgraph=True, **options)
+        self.wide = torch.compile(_forward_wide, fullgraph=True, dynamic=True)
+
+    def width(self, T: int) -> int:
+        return next((w for w in WIDTH_BUCKETS if w >= T), T)
+
+    def __call__(self, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture):
+        T = x.shape[0]
+        if mask.shape[1] > 1:
+            torch._dynamo.mark_dynamic(mask, 1)  # the context grows every round
+        key = (a, b, head, capture, x.dtype == torch.long, T if T <= WIDTH_BUCKETS[-1] else "wide")
+        started = time.perf_counter() if key not in self.graphs else None
+        if T <= WIDTH_BUCKETS[-1]:
+            out = self.narrow(x, positions, slots, mask, k_caches, v_caches, a, b, head, capture)
+        else:
+            out = self.wide(self.stack, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture)
+        if started is not None:  # a new graph: this call compiled it
+            self.graphs.add(key)
+            self.compile_s += time.perf_counter() - started
+        return out
 
 
 class TargetModel:
@@ -156,6 +333,15 @@ class TargetModel:
         # what plugins derive from this target (loaded adapters and heads, reference continuations),
         # kept exactly as long as the target lives, so no entry outlives the object it was made for
         self.memo: dict = {}
+        self.backend: EagerBackend = EagerBackend(DecoderStack(self))
+
+    def compile(self, mode: str = "default") -> None:
+        """Run the forward compiled (``default`` or ``max-autotune`` inductor modes) or eagerly (``none``)."""
+        if mode not in COMPILE_MODES:
+            raise UsageError(f"unknown compile mode '{mode}'; choose one of {', '.join(COMPILE_MODES)}")
+        stack = self.backend.stack
+        self.backend = EagerBackend(stack) if mode == "none" else CompiledBackend(stack, mode, self.device)
+        self.memo.pop("session-cache", None)
 
     # ---- loading -------------------------------------------------------------------------
     @classmethod
@@ -212,7 +398,24 @@ class TargetModel:
 
     # ---- the forward -----------------------------------------------------------------------
     def new_cache(self, max_len: int, n_layers: int | None = None) -> KVCache:
-        return KVCache(n_layers or self.n_layers, self.n_kv_heads, self.head_dim, max_len, self.dtype, self.device)
+        cache = KVCache(n_layers or self.n_layers, self.n_kv_heads, self.head_dim, max_len, self.dtype, self.device)
+        if self.backend.compiled:  # its length varies; compiled graphs do not specialise on it
+            for buf in (*cache.k, *cache.v):
+                torch._dynamo.mark_dynamic(buf, 1)
+        return cache
+
+    def session_cache(self, max_len: int) -> KVCache:
+        """The engine's cache, reused from one generation to the next (emptied, grown when a longer
+        one is needed): no allocation per prompt, and on CUDA one static address per buffer."""
+        cache = self.memo.get("session-cache")
+        if cache is None or cache.max_len < max_len:
+            cache = self.new_cache(max(max_len, 512))
+            if self.device.type == "cuda":  # CUDA graphs replay on fixed addresses
+                for buf in (*cache.k, *cache.v):
+                    torch._dynamo.mark_static_address(buf)
+            self.memo["session-cache"] = cache
+        cache.crop(0)
+        return cache
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids, self.embed_weight)
@@ -220,51 +423,87 @@ class TargetModel:
     def rope(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self._cos[start:start + n], self._sin[start:start + n]
 
-    @staticmethod
-    def block_mask(start: int, n: int, device) -> torch.Tensor | None:
-        """Attention mask for n new positions after ``start`` cached ones (None where SDPA's own
-        causal flag or no mask does the job): causal within the block, all of the prefix."""
-        if n == 1 or start == 0:
-            return None
-        return torch.ones(n, start + n, dtype=torch.bool, device=device).tril(diagonal=start)
+    def rope_at(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotary cos/sin rows of arbitrary positions (a draft head's tree nodes)."""
+        return self._cos[positions], self._sin[positions]
 
     def attention(self, x: torch.Tensor, w: AttentionWeights, cache: KVCache, layer: int, start: int,
-                  rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Causal self-attention of positions [start, start+T) over the cache; writes their K/V.
+                  rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """Causal self-attention of positions [start, start+T) over ``cache``'s layer ``layer``.
 
         Public because a drafter's own attention block (Kangaroo's adapter) has the target's head
         layout and rotary embedding: it runs through this same code with its own weights and cache.
         """
         T, H, Hkv, d = x.shape[0], self.n_heads, self.n_kv_heads, self.head_dim
-        qkv = F.linear(x, w.wqkv, w.bqkv)
-        q, k, v = qkv.split([H * d, Hkv * d, Hkv * d], dim=-1)
-        q = q.view(T, H, d).transpose(0, 1)
-        k = k.view(T, Hkv, d).transpose(0, 1)
-        v = v.view(T, Hkv, d).transpose(0, 1)
+        q, k, v = F.linear(x, w.wqkv, w.bqkv).split([H * d, Hkv * d, Hkv * d], dim=-1)
         cos, sin = rope
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
-        cache.write(layer, start, k, v)
-        end = start + T
-        keys, values = cache.k[layer, :, :end], cache.v[layer, :, :end]
-        if mask is None:
-            mask = self.block_mask(start, T, x.device)
-        o = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
-                                           is_causal=T > 1 and start == 0, enable_gqa=H != Hkv)
-        return F.linear(o[0].transpose(0, 1).reshape(T, H * d), w.wo)
+        cache.claim(layer, layer + 1, start, T)
+        mask = attention_mask(start, Tree.chain(T - 1), T, x.device)
+        o = attend(rotary(q.view(T, H, d).transpose(0, 1), cos, sin), rotary(k.view(T, Hkv, d).transpose(0, 1), cos, sin),
+                   v.view(T, Hkv, d).transpose(0, 1), cache.k[layer], cache.v[layer],
+                   torch.arange(start, start + T, device=x.device), mask)
+        return F.linear(o, w.wo)
 
-    def layers(self, h: torch.Tensor, start: int, a: int, b: int, cache: KVCache) -> torch.Tensor:
-        """Run decoder layers [a, b) on hidden states of positions [start, start + len(h))."""
-        if self.sliding_window and start + h.shape[0] > self.sliding_window:
+    def forward(self, x: torch.Tensor, cache: KVCache, start: int, a: int = 0, b: int | None = None,
+                tree: Tree | None = None, head: bool = False, capture: tuple[int, ...] = ()) -> Forward:
+        """Layers [a, b) over T positions: token ids (a = 0) or the hidden states entering layer a.
+
+        Node i of ``tree`` (default: a chain) is at position ``start + depth(i)`` and writes cache
+        slot ``start + i``. Returns the hidden states after layer b - 1 (before the final norm), the
+        logits when ``head``, and the hidden states after each layer in ``capture``.
+        """
+        b = self.n_layers if b is None else b
+        T = x.shape[0]
+        tree = tree or Tree.chain(T - 1)
+        if len(tree) != T:
+            raise ValueError(f"{T} positions but a tree of {len(tree)} nodes")
+        if self.sliding_window and start + T > self.sliding_window:
             raise UsageError(f"sequence longer than the model's sliding window ({self.sliding_window}); "
                              "lower --max-new-tokens or use shorter prompts")
-        rope = self.rope(start, h.shape[0])
-        mask = self.block_mask(start, h.shape[0], h.device)  # built once, not once per layer
-        for i in range(a, b):
-            w = self.layers_w[i]
-            h = h + self.attention(rms_norm(h, w.ln1, self.eps), w.attn, cache, i, start, rope, mask)
-            h = h + self.mlp(rms_norm(h, w.ln2, self.eps), w.w_gate_up, w.w_down)
-        return h
+        width = self.backend.width(T)
+        depths = torch.tensor(tree.depths, device=self.device) if not tree.is_chain else torch.arange(T, device=self.device)
+        positions = start + depths
+        if width > T:  # padding rows: the last node repeated, writing slots past the tree, seeing only themselves
+            x = torch.cat([x, x[-1:].expand(width - T, *x.shape[1:])])
+            positions = torch.cat([positions, positions[-1:].expand(width - T)])
+        cache.claim(a, b, start, T, width)
+        slots = torch.arange(start, start + width, device=self.device)
+        mask = attention_mask(start, tree, width, self.device)
+        h, logits, captured = self.backend(x, positions, slots, mask, cache.k[a:b], cache.v[a:b], a, b, head,
+                                           tuple(capture))
+        return Forward(h[:T], logits[:T] if logits is not None else None,
+                       {layer: c[:T] for layer, c in zip(capture, captured)} if capture else None)
+
+    def precompile(self, max_width: int = 1) -> int:
+        """Compile, now, every width bucket a timed run may meet for the graphs warm-up used:
+        verification graphs (with the head) up to ``max_width``, the others up to the widest seen.
+        Returns the number of graphs compiled."""
+        if not self.backend.compiled:
+            return 0
+        seen: dict[tuple, int] = {}
+        for a, b, head, capture, ids, width in list(self.backend.graphs):
+            if width != "wide":
+                sig = (a, b, head, capture, ids)
+                seen[sig] = max(seen.get(sig, 1), max_width if head else width)
+        before = len(self.backend.graphs)
+        cache = self.new_cache(256)
+        with torch.inference_mode():
+            for (a, b, head, capture, ids), top in seen.items():
+                for w in WIDTH_BUCKETS:
+                    if w > self.backend.width(top):
+                        break
+                    x = (torch.zeros(w, dtype=torch.long, device=self.device) if ids else
+                         torch.zeros(w, self.hidden_size, dtype=self.dtype, device=self.device))
+                    cache.crop(0)
+                    if a:
+                        cache.lengths[:a] = [32] * a
+                    cache.lengths[a:b] = [32] * (b - a)
+                    self.forward(x, cache, 32, a, b, head=head, capture=capture)
+        return len(self.backend.graphs) - before
+
+    def layers(self, h: torch.Tensor, start: int, a: int, b: int, cache: KVCache) -> torch.Tensor:
+        """Decoder layers [a, b) on the hidden states (or ids) of a chain at [start, start + len(h))."""
+        return self.forward(h, cache, start, a, b).hidden
 
     @staticmethod
     def mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
@@ -287,8 +526,8 @@ class TargetModel:
     def logits(self, ids: list[int] | torch.Tensor, cache: KVCache | None = None, start: int = 0) -> torch.Tensor:
         """Full forward of token ids from position ``start`` (tests and one-off checks)."""
         ids = torch.as_tensor(ids, device=self.device)
-        cache = cache or self.new_cache(start + len(ids))
-        return self.head(self.norm(self.layers(self.embed(ids), start, 0, self.n_layers, cache)))
+        cache = cache or self.new_cache(start + len(ids) + self.backend.width(len(ids)))
+        return self.forward(ids, cache, start, head=True).logits
 
     # ---- text ---------------------------------------------------------------------------------
     def chat_ids(self, messages: list[dict]) -> list[int]:

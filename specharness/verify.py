@@ -1,14 +1,21 @@
-"""The acceptance maths: greedy exact match and speculative sampling. Nowhere else.
+"""The acceptance maths: greedy exact match and speculative sampling, for chains and trees. Nowhere else.
 
-Both verifiers take the target's logits at the k+1 verified positions (the current token and the
-k drafts) and return how many drafts were accepted and the one token the target adds after them
-(the correction on a rejection, the bonus when all were accepted).
+A verifier takes the target's logits at the T verified nodes (node 0 = the current token, node i
+= draft i - 1), the drafts, their draft distributions (sampling) and, for a tree, the drafts'
+parents (``specharness.tree``; a chain passes none). It returns the accepted path and the one
+token the target adds after it (the correction on a rejection, the bonus after a full path).
 
-Speculative sampling (Leviathan et al., 2023; Chen et al., 2023): accept draft x_i with
-probability min(1, p_i(x_i) / q_i(x_i)); on the first rejection sample from
-norm(max(0, p_i - q_i)); when all k are accepted sample the bonus from p_k. The output is then
-distributed exactly as sampling from p alone, for any draft distribution q. A drafter that gives
-no q proposed deterministically, so q is the point mass on its token.
+Greedy: from the root, step to the child whose token is the target's argmax at the current node,
+while there is one: the longest root-to-node path that matches the target.
+
+Speculative sampling (Leviathan et al. 2023; Chen et al. 2023), generalised to trees as in
+SpecInfer / EAGLE: at a node with children x_1..x_m drawn in order without replacement from the
+draft distribution q (or chosen deterministically: q = a point mass on each x_i), and the target's
+distribution p there, accept x_i with probability min(1, p(x_i) / q(x_i)); on rejection set
+p <- norm(max(0, p - q)) and q <- q with x_i removed, renormalised, and try the next sibling; when
+every child is rejected sample the target's token from the remaining p. Each step is one
+speculative-sampling step on (p, q) as they stand, so the output is distributed exactly as
+sampling from p alone, whatever q is. A chain is the tree where every node has one child.
 """
 
 from __future__ import annotations
@@ -18,12 +25,14 @@ from dataclasses import dataclass
 import torch
 
 from .hookspecs import VerifierSpec, hookimpl
+from .tree import Tree
 
 
 @dataclass(frozen=True)
 class Acceptance:
-    accepted: int  # drafts accepted, 0..k
+    accepted: int  # drafts accepted: the accepted path's length
     next_token: int  # the target's own token after them
+    path: tuple[int, ...] | None = None  # tree nodes of the accepted drafts (None: a chain's first ``accepted``)
 
 
 def target_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -32,45 +41,59 @@ def target_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 def greedy(logits: torch.Tensor, drafts: list[int], q: torch.Tensor | None, temperature: float,
-           generator: torch.Generator | None) -> Acceptance:
-    """Accept the longest prefix of drafts equal to the target's argmax."""
-    best = logits.argmax(dim=-1).tolist()
-    n = 0
-    while n < len(drafts) and drafts[n] == best[n]:
-        n += 1
-    return Acceptance(n, best[n])
+           generator: torch.Generator | None, parents: list[int] | None = None) -> Acceptance:
+    """The longest root-to-node path whose drafts equal the target's argmax."""
+    best = logits.argmax(dim=-1).tolist()  # the round's one host sync
+    tree = Tree.from_drafts(parents, len(drafts))
+    node, path = 0, []
+    while True:
+        nxt = next((c for c in tree.children[node] if drafts[c - 1] == best[node]), None)
+        if nxt is None:
+            return Acceptance(len(path), best[node], tuple(path))
+        path.append(nxt)
+        node = nxt
 
 
 def speculative_sampling(logits: torch.Tensor, drafts: list[int], q: torch.Tensor | None,
-                         temperature: float, generator: torch.Generator | None) -> Acceptance:
+                         temperature: float, generator: torch.Generator | None,
+                         parents: list[int] | None = None) -> Acceptance:
     """Lossless acceptance for sampled decoding (see the module docstring)."""
-    p = target_probs(logits, temperature)
-    k = len(drafts)
-    if k:
-        idx = torch.arange(k, device=p.device)
-        tok = torch.tensor(drafts, device=p.device)
-        p_x = p[idx, tok]
-        q_x = q.float()[idx, tok] if q is not None else torch.ones_like(p_x)
-        u = torch.rand(k, generator=generator, device=p.device)
-        ok = (u * q_x <= p_x).tolist()  # u < p/q without dividing by a tiny q
-        for i in range(k):
-            if not ok[i]:
-                residual = p[i].clone()
-                if q is not None:
-                    residual = (residual - q[i].float()).clamp_(min=0)
+    p_all = target_probs(logits, temperature)
+    tree = Tree.from_drafts(parents, len(drafts))
+    node, path = 0, []
+    while True:
+        kids = tree.children[node]
+        p = p_all[node]
+        if kids:
+            qn = q[kids[0] - 1].float().clone() if q is not None else None
+            u = torch.rand(len(kids), generator=generator, device=p.device).tolist()
+            for c, u_c in zip(kids, u):
+                x = drafts[c - 1]
+                q_x = float(qn[x]) if qn is not None else 1.0
+                if u_c * q_x <= float(p[x]):  # accept with min(1, p/q), without dividing by a tiny q
+                    break
+                if qn is None:  # a point mass on x: max(0, p - q) is p without x
+                    residual = p.clone()
+                    residual[x] = 0.0
                 else:
-                    residual[drafts[i]] = 0.0
-                if residual.sum() <= 0:  # p == q up to rounding: any sample from p is exact
-                    residual = p[i]
-                return Acceptance(i, int(torch.multinomial(residual, 1, generator=generator)))
-    return Acceptance(k, int(torch.multinomial(p[k], 1, generator=generator)))
+                    residual = (p - qn).clamp_(min=0)
+                    qn[x] = 0.0  # the next sibling was drawn from q without x
+                    qn = qn / qn.sum() if qn.sum() > 0 else qn
+                total = residual.sum()
+                p = residual / total if total > 0 else p  # p == q up to rounding: any sample from p is exact
+            else:
+                return Acceptance(len(path), int(torch.multinomial(p, 1, generator=generator)), tuple(path))
+            path.append(c)
+            node = c
+            continue
+        return Acceptance(len(path), int(torch.multinomial(p, 1, generator=generator)), tuple(path))
 
 
 @hookimpl
 def specharness_verifiers() -> list[VerifierSpec]:
     return [
         VerifierSpec("greedy", greedy, sampling=False,
-                     help="exact match against the target's argmax (temperature 0)"),
+                     help="exact match against the target's argmax, along the longest matching path of a tree"),
         VerifierSpec("speculative-sampling", speculative_sampling, sampling=True,
-                     help="accept with min(1, p/q), else resample from norm(max(0, p - q))"),
+                     help="accept with min(1, p/q), else resample from norm(max(0, p - q)); siblings in turn"),
     ]

@@ -46,7 +46,7 @@ def test_all_accepted_gives_bonus_from_last_position():
     logits = torch.full((3, V), -20.0)
     logits[0, 2] = logits[1, 4] = logits[2, 1] = 20.0
     acc = speculative_sampling(logits, [2, 4], None, 1.0, torch.Generator().manual_seed(0))
-    assert acc == Acceptance(2, 1)
-    assert greedy(logits, [2, 4], None, 0.0, None) == Acceptance(2, 1)
-    assert greedy(logits, [2, 3], None, 0.0, None) == Acceptance(1, 4)
-    assert greedy(logits[:1], [], None, 0.0, None) == Acceptance(0, 2)
+    assert acc == Acceptance(2, 1, (1, 2))
+    assert greedy(logits, [2, 4], None, 0.0, None) == Acceptance(2, 1, (1, 2))
+    assert greedy(logits, [2, 3], None, 0.0, None) == Acceptance(1, 4, (1,))
+    assert greedy(logits[:1], [], None, 0.0, None) == Acceptance(0, 2, ())

@@ -63,6 +63,7 @@ class KangarooDrafter:
         self.exit_layer = exit_layer
         self.eta = eta
         self.gamma = gamma
+        self.max_width = gamma + 1  # the widest verification forward (compiled before timing)
         self.rows = rows  # draft head rows (token ids), None = full head
         self.head_subset = target.head_rows(rows) if rows is not None and not adapter.own_head_rows else None
         self.w = adapter.weights()

@@ -58,24 +58,6 @@ OPTIONS = [
 HELP = "self-distil a Kangaroo adapter (Magpie-style self-generated data, soft-label CE)"
 
 
-def _features(target, ds, meta, data_dir: Path, l: int, topk: int) -> dict[str, torch.Tensor]:
-    """Captured features when they fit this run; otherwise teacher-forced ones (cached beside)."""
-    s = meta["settings"]
-    if l in s["capture_layers"] and s["topk"] >= topk and (data_dir / "features.safetensors").is_file():
-        f = sd.load_features(data_dir)
-        return {"hidden": f[f"hidden.{l}"], "ids": f["topk_ids"][:, :topk], "probs": f["topk_probs"][:, :topk],
-                "offsets": f["offsets"]}
-    extra = data_dir / f"features-l{l}-k{topk}.safetensors"
-    if extra.is_file():
-        from safetensors.torch import load_file
-        f = load_file(str(extra))
-    else:
-        from safetensors.torch import save_file
-        f = sd.compute_features(target, ds, (l,), topk)
-        save_file(f, str(extra))
-    return {"hidden": f[f"hidden.{l}"], "ids": f["topk_ids"], "probs": f["topk_probs"], "offsets": f["offsets"]}
-
-
 def _peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
 
@@ -158,7 +140,7 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
     data_dir = sd.data_dir(target, options, s)
     ds, meta, reused = sd.load_or_generate(target, s, data_dir)
     t_data = time.perf_counter() - started
-    feats = _features(target, ds, meta, data_dir, l, options["topk"])
+    feats = sd.features(target, ds, meta, data_dir, l, options["topk"])
     train_idx, held_idx = sd.split(len(ds), options["held_out"], options["seed"])
     n_v = options["draft_vocab"]
     freq = sd.token_frequencies(ds.select(train_idx), target.vocab_size)

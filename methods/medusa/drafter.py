@@ -68,6 +68,7 @@ class MedusaDrafter:
 
     def __init__(self, target, heads: MedusaHeads) -> None:
         self.target, self.heads = target, heads
+        self.max_width = heads.n_heads + 1  # the widest verification forward (compiled before timing)
 
     def begin(self, state: DecodeState, prefill_hidden) -> None:
         pass

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import stats
+from ..costmodel import Profile
 from ..errors import UsageError
 from ..tasks.specbench import SUBTASKS
 from . import figures, tables
@@ -44,7 +45,7 @@ def method_sections(runs: list[Run], plugins: list[str]) -> list[Section]:
 
 
 def build_report(paths: list[str | Path], out: str | Path, plugins: list[str] | None = None,
-                 ctar_subtask: str = "math_reasoning") -> Writer:
+                 ctar_subtask: str = "math_reasoning", profile: str | Path | None = None) -> Writer:
     import matplotlib
     matplotlib.use("Agg")
     runs = select_runs(paths)
@@ -52,6 +53,9 @@ def build_report(paths: list[str | Path], out: str | Path, plugins: list[str] | 
     for build in (tables.table1, tables.detail, tables.identity, tables.paired_tests, tables.acceptance,
                   tables.cost_model):
         for section in build(runs):
+            writer.add(section)
+    if profile:
+        for section in tables.cost_model_profile(runs, Profile.load(profile)):
             writer.add(section)
     for section in [*figures.fig1a(runs, ctar_subtask), *figures.fig1b(runs), *method_sections(runs, plugins or [])]:
         writer.add(section)
@@ -81,11 +85,15 @@ def add_report_parser(subparsers) -> None:
     p.add_argument("--ctar-subtask", default="math_reasoning", help="subtask of Figure 1(a) (default: %(default)s)")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE.py",
                    help="plugin contributing report sections (repeatable)")
+    p.add_argument("--profile", default=None, metavar="PROFILE.json",
+                   help="an engine profile ('specharness profile'): predict each file's speedup from it")
 
 
 def cmd_report(args) -> int:
     if args.ctar_subtask not in SUBTASKS:
         raise UsageError(f"unknown subtask '{args.ctar_subtask}'; choose from {', '.join(SUBTASKS)}")
-    writer = build_report(args.results, args.out, args.plugin, args.ctar_subtask)
+    if args.profile and not Path(args.profile).is_file():
+        raise UsageError(f"profile '{args.profile}' does not exist; make one with 'python -m specharness profile'")
+    writer = build_report(args.results, args.out, args.plugin, args.ctar_subtask, args.profile)
     print(f"wrote {len(writer.made)} files to {writer.out}: {', '.join(writer.made)}")
     return 0

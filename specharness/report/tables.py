@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from .. import metrics, stats
+from ..costmodel import predict
 from ..tasks.specbench import SUBTASKS
 from .runs import SUBTASK_TITLES, Run, cell, fmt_cr, fmt_params, fmt_speedup, same_setting, subtasks_present
 from .sections import Note, Section, Table
@@ -214,3 +215,31 @@ def cost_model(runs: list[Run]) -> list[Section]:
                "rounds' draft lengths predict its time; vanilla = prefill + one step per token. ‡ measured "
                "differs from predicted by more than 10%: unexplained overhead or drift.")
     return [Table("cost_model", "Cost model.", caption, header, rows, data)]
+
+
+def cost_model_profile(runs: list[Run], profile) -> list[Section]:
+    """Each file's speedup predicted from an engine profile measured apart from it (``costmodel``)."""
+    rows, data = [], {}
+    for r in sorted(runs, key=lambda r: (r.short, r.label)):
+        if r.is_vanilla or r.baseline is None:
+            continue
+        got = predict(r.records, r.meta, r.baseline.records, profile)
+        if got is None:
+            continue
+        gap = got["gap"]
+        rows.append([r.label, got["config"], f"{metrics.compression_rate(r.records):.2f}",
+                     f"{got['predicted_vanilla_ms_per_token']:.1f}", f"{got['measured_vanilla_ms_per_token']:.1f}",
+                     f"{got['predicted_speedup']:.3f}×", f"{got['measured_speedup']:.3f}×",
+                     f"{100 * gap:+.1f}%" + (" ‡" if abs(gap) > 0.10 else "")])
+        data[r.label] = got
+    if not rows:
+        return [Note("profile cost model skipped: no file whose configuration, drafter and forward widths the "
+                     "profile covers")]
+    header = ["File", "Engine", "CR", "Vanilla ms/token (profile)", "Vanilla ms/token (measured)",
+              "Predicted speedup", "Measured speedup", "Measured vs predicted"]
+    caption = (f"Speedup predicted from the engine profile ({profile.data.get('cpu', '?')}, "
+               f"{profile.data.get('created', '?')}; forward cost by width and context, drafter step costs, "
+               "bookkeeping) and each file's own rounds (draft sizes, widths, contexts), beside the measured one. "
+               "‡ more than 10% apart.")
+    return [Table("cost_model_profile", "Cost model (profile).", caption, header, rows, data)]
+

@@ -1,0 +1,174 @@
+"""Which dtype and compile mode the engine runs in: the fastest vanilla on the machine at hand,
+measured, never assumed, and recorded in every result header.
+
+Candidates are float32 and bfloat16, each eager or compiled (inductor ``default``; bfloat16 also
+``max-autotune``, whose GEMM templates are picked per shape by benchmarking). ``choose`` returns
+the cached choice for this model, machine and thread count, or measures every candidate's vanilla
+decoding step (one token at a ~256-token context, after compiling) and caches the fastest with all
+the timings (``cache_root()/engine/``). ``python -m specharness profile`` measures much more
+(width curves, drafters, the roofline) and updates the same choice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from .errors import UsageError
+from .paths import cache_root
+
+CANDIDATES = (("float32", "none"), ("bfloat16", "none"), ("float32", "default"), ("bfloat16", "default"),
+              ("bfloat16", "max-autotune"))
+DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
+COMPILE_CHOICES = ("auto", "none", "default", "max-autotune")
+PIN_ENV = "SPECHARNESS_ENGINE"  # DTYPE/MODE: pins what "auto" means (tests pin float32/none)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    dtype: str
+    compile: str  # none | default | max-autotune
+    source: str = "asked"  # "asked" (flags), "measured" (now), "cached" (an earlier measurement), "fallback"
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_key(model: str, device: str, threads: int) -> str:
+    dev = torch.cuda.get_device_name() if device.startswith("cuda") and torch.cuda.is_available() else cpu_name()
+    raw = f"{model}|{device}|{dev}|{threads}|torch{torch.__version__}"
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in raw)
+
+
+def choice_file(model: str, device: str, threads: int) -> Path:
+    return cache_root() / "engine" / f"{machine_key(model, device, threads)}.json"
+
+
+def load_choice(model: str, device: str, threads: int) -> dict | None:
+    path = choice_file(model, device, threads)
+    if path.is_file():
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError:
+            return None
+    return None
+
+
+def save_choice(model: str, device: str, threads: int, record: dict) -> Path:
+    path = choice_file(model, device, threads)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    tmp.replace(path)
+    return path
+
+
+def step_ms(target, context: int = 256, width: int = 1, repeats: int = 15) -> float:
+    """Median ms of one forward over ``width`` positions after ``context`` cached ones (compiles first)."""
+    cache = target.new_cache(context + 128)
+    ids = torch.randint(0, target.vocab_size, (context,), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        target.forward(ids.to(target.device), cache, 0, head=True)
+        x = ids[:width].to(target.device)
+        times = []
+        for i in range(repeats + 3):
+            cache.crop(context)
+            started = time.perf_counter()
+            target.forward(x, cache, context, head=True)
+            if target.device.type == "cuda":
+                torch.cuda.synchronize()
+            if i >= 3:
+                times.append(time.perf_counter() - started)
+    return 1e3 * statistics.median(times)
+
+
+def apply(target, mode: str) -> tuple[str, str | None]:
+    """Switch ``target`` to ``mode``; a compile that fails falls back to eager with a reason."""
+    if mode == "none":
+        target.compile("none")
+        return "none", None
+    try:
+        target.compile(mode)
+        step_ms(target, context=16, repeats=1)  # compiles now: a failure shows here, not mid-run
+        return mode, None
+    except UsageError:
+        raise
+    except Exception as exc:  # no compiler, unsupported op...: eager still works
+        target.compile("none")
+        return "none", f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
+
+
+def measure(load, model: str, device: str, threads: int, candidates=None, log=print) -> dict:
+    """Every candidate's vanilla step; ``load(dtype)`` returns a fresh target in that dtype."""
+    rows = []
+    for dtype, mode in candidates or CANDIDATES:
+        started = time.perf_counter()
+        target = load(dtype)
+        got, why = apply(target, mode)
+        if why or got != mode:
+            log(f"engine: {dtype}/{mode} cannot compile here ({why}); left out")
+            continue
+        ms = step_ms(target)
+        rows.append({"dtype": dtype, "compile": mode, "step_ms": ms, "setup_s": time.perf_counter() - started})
+        log(f"engine: {dtype} {mode}: {ms:.1f} ms per vanilla step (setup {time.perf_counter() - started:.0f} s)")
+    if not rows:
+        raise UsageError("no engine configuration ran on this machine")
+    best = min(rows, key=lambda r: r["step_ms"])
+    return {"model": model, "device": device, "threads": threads, "machine": machine_key(model, device, threads),
+            "chosen": {"dtype": best["dtype"], "compile": best["compile"]}, "candidates": rows,
+            "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "by": "specharness.kernels.measure"}
+
+
+def choose(dtype: str, compile_mode: str, model: str, device: str, threads: int, load) -> EngineConfig:
+    """The configuration a run uses: what the flags say, else the cached measurement, else measure now."""
+    if dtype not in DTYPE_CHOICES:
+        raise UsageError(f"unknown --dtype '{dtype}'; choose one of {', '.join(DTYPE_CHOICES)}")
+    if compile_mode not in COMPILE_CHOICES:
+        raise UsageError(f"unknown --compile '{compile_mode}'; choose one of {', '.join(COMPILE_CHOICES)}")
+    if dtype != "auto" and compile_mode != "auto":
+        return EngineConfig(dtype, compile_mode, "asked")
+    pinned = os.environ.get(PIN_ENV)
+    if pinned:
+        try:
+            p_dtype, p_mode = pinned.split("/")
+        except ValueError:
+            raise UsageError(f"${PIN_ENV}={pinned!r}: write DTYPE/MODE, e.g. float32/none") from None
+        if p_dtype not in DTYPE_CHOICES[1:] or p_mode not in COMPILE_CHOICES[1:]:
+            raise UsageError(f"${PIN_ENV}={pinned!r}: DTYPE one of {', '.join(DTYPE_CHOICES[1:])}, MODE one of "
+                             f"{', '.join(COMPILE_CHOICES[1:])}")
+        return EngineConfig(p_dtype if dtype == "auto" else dtype, p_mode if compile_mode == "auto" else compile_mode,
+                            f"${PIN_ENV}")
+    record = load_choice(model, device, threads)
+    source = "cached"
+    if record is None:
+        print("engine: measuring which dtype and compile mode decode fastest on this machine (once; "
+              "cached, see 'python -m specharness profile')", file=sys.stderr, flush=True)
+        record = measure(load, model, device, threads, log=lambda s: print(s, file=sys.stderr, flush=True))
+        save_choice(model, device, threads, record)
+        source = "measured"
+    rows = [r for r in record["candidates"] if (dtype == "auto" or r["dtype"] == dtype)
+            and (compile_mode == "auto" or r["compile"] == compile_mode)]
+    if not rows:
+        return EngineConfig(dtype if dtype != "auto" else "float32", compile_mode if compile_mode != "auto" else "none",
+                            "fallback")
+    best = min(rows, key=lambda r: r["step_ms"])
+    return EngineConfig(best["dtype"], best["compile"], source)
+
+
+def describe(config: EngineConfig) -> dict:
+    return asdict(config)

@@ -1,0 +1,254 @@
+"""python -m specharness profile: what the engine costs on the model and machine at hand.
+
+Measured in one run, after warm-up and compilation (never timed):
+
+- the memory read bandwidth (GB/s, summing a float32 tensor far larger than the caches) and the
+  roofline it implies: bytes of weights one decoding step must read / bandwidth, per dtype;
+- the target forward in ms by width (1..8, 16, 32, 64 positions) at two context lengths, and a
+  prefill's cost by prompt length, for every engine configuration (dtype x eager / compiled);
+- transformers' ``generate`` step (ms per token) in each dtype: the baseline users have;
+- one draft step of each installed drafter (its ``propose`` time per round, fitted as fixed +
+  per drafted token), and the engine's own per-round cost, in the configuration runs will use.
+
+It writes profile.json, profile.md and profile.png (ms against width, rooflines drawn), and
+records the configuration with the fastest vanilla step as this machine's default
+(``specharness.kernels``). ``report --profile profile.json`` predicts each result file's speedup
+from this profile and the file's own acceptance, beside the measured one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from . import kernels
+from .engine import generate
+from .errors import UsageError
+from .metrics import fit_line
+from .plugins import build_registry
+from .report.figures import style
+from .runner import build_method
+from .target import TargetModel
+
+WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64)
+CONTEXTS = (256, 1024)
+PREFILLS = (64, 256, 512)
+
+
+def bandwidth_gbs(mb: int = 540, repeats: int = 7) -> float:
+    """Read bandwidth: GB/s of summing a float32 tensor of ``mb`` MB (median of repeats)."""
+    x = torch.ones(mb * 1024 * 1024 // 4)
+    x.sum()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        x.sum()
+        times.append(time.perf_counter() - started)
+    return x.numel() * 4 / statistics.median(times) / 1e9
+
+
+def weight_bytes(target) -> int:
+    """Bytes one decoding step reads: every decoder weight and the LM head (the embedding lookup
+    reads one row; a tied head is counted once, as the matmul that reads it)."""
+    per = target.dtype.itemsize if hasattr(target.dtype, "itemsize") else torch.finfo(target.dtype).bits // 8
+    n = sum(w.attn.wqkv.numel() + w.attn.wo.numel() + w.w_gate_up.numel() + w.w_down.numel() + w.ln1.numel()
+            + w.ln2.numel() for w in target.layers_w)
+    return (n + target.head_weight.numel() + target.norm_weight.numel()) * per
+
+
+def prefill_ms(target, length: int, repeats: int = 5) -> float:
+    cache = target.new_cache(length + 128)
+    ids = torch.randint(0, target.vocab_size, (length,), generator=torch.Generator().manual_seed(1)).to(target.device)
+    times = []
+    with torch.inference_mode():
+        for i in range(repeats + 1):
+            cache.crop(0)
+            started = time.perf_counter()
+            target.forward(ids, cache, 0, head=True)
+            if i:
+                times.append(time.perf_counter() - started)
+    return 1e3 * statistics.median(times)
+
+
+def hf_step_ms(target, context: int = 256, new: int = 32) -> float:
+    """transformers' generate: ms per generated token (the prefill subtracted: new vs one token)."""
+    ids = torch.randint(0, target.vocab_size, (1, context), generator=torch.Generator().manual_seed(2)).to(target.device)
+
+    def run(n: int) -> float:
+        started = time.perf_counter()
+        with torch.inference_mode():
+            target.hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                               do_sample=False, pad_token_id=0)
+        return time.perf_counter() - started
+
+    run(4)
+    one = statistics.median(run(1) for _ in range(3))
+    full = statistics.median(run(new) for _ in range(3))
+    return 1e3 * (full - one) / (new - 1)
+
+
+def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=print) -> dict:
+    """Per installed drafter, on its default options: propose seconds per round fitted as
+    fixed + per drafted token; and the engine's own cost per round (verify excluded) from vanilla."""
+    out = {}
+    for name in sorted(registry.drafters):
+        try:
+            method = build_method(registry, name, [], target, 0.0)
+        except UsageError as exc:
+            log(f"profile: {name} left out ({exc})")
+            continue
+        spec = registry.drafters[name]
+        drafter = spec.build(target, method.options)
+        accept = registry.verifier("greedy").accept
+        generate(target, drafter, accept, prompt, 8)  # warm
+        rounds = [r for _ in range(2) for r in generate(target, drafter, accept, prompt, tokens).rounds[1:]]
+        ks = [r.drafted for r in rounds]
+        fixed, per = fit_line(ks, [r.draft_s for r in rounds])
+        out[name] = {"draft_fixed_ms": 1e3 * fixed, "draft_per_token_ms": 1e3 * per,
+                     "bookkeeping_ms": 1e3 * statistics.mean(r.accept_s for r in rounds),
+                     "mean_drafted": statistics.mean(ks), "rounds": len(rounds), "options": method.options}
+        log(f"profile: {name}: draft {1e3 * fixed:.2f} ms + {1e3 * per:.2f} ms/token, bookkeeping "
+            f"{out[name]['bookkeeping_ms']:.2f} ms/round")
+    return out
+
+
+def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, str]], widths, contexts,
+                out: Path, drafters: bool = True, log=print) -> dict:
+    registry = build_registry()
+    gbs = bandwidth_gbs()
+    log(f"profile: read bandwidth {gbs:.1f} GB/s")
+    result = {"model": model, "device": device, "threads": threads, "cpu": kernels.cpu_name(),
+              "torch": torch.__version__, "bandwidth_gbs": gbs, "configs": [], "hf_generate": {},
+              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "command": "python -m specharness " + " ".join(sys.argv[1:])}
+    rooflines = {}
+    for dtype, mode in configs:
+        target = TargetModel.load(model, dtype, device)
+        if dtype not in rooflines:
+            rooflines[dtype] = {"weight_bytes": weight_bytes(target), "ms": 1e3 * weight_bytes(target) / gbs / 1e9}
+            log(f"profile: {dtype} roofline {rooflines[dtype]['ms']:.1f} ms per step ({weight_bytes(target) / 1e6:.0f} MB)")
+            result["hf_generate"][dtype] = {"step_ms": hf_step_ms(target)}
+            log(f"profile: transformers generate, {dtype}: {result['hf_generate'][dtype]['step_ms']:.1f} ms/token")
+        started = time.perf_counter()
+        got, why = kernels.apply(target, mode)
+        if why:
+            log(f"profile: {dtype}/{mode} left out: {why}")
+            continue
+        row = {"dtype": dtype, "compile": got, "by_width": {}, "prefill_ms": {}}
+        for ctx in contexts:
+            row["by_width"][str(ctx)] = {str(w): kernels.step_ms(target, context=ctx, width=w) for w in widths}
+            log(f"profile: {dtype}/{mode} ctx {ctx}: " + " ".join(
+                f"{w}:{v:.1f}" for w, v in row["by_width"][str(ctx)].items()))
+        row["prefill_ms"] = {str(n): prefill_ms(target, n) for n in PREFILLS}
+        row["setup_s"] = time.perf_counter() - started
+        row["compile_s"] = target.backend.compile_s
+        result["configs"].append(row)
+        del target
+    result["rooflines"] = rooflines
+    step = lambda r: r["by_width"][str(contexts[0])]["1"]  # noqa: E731
+    best = min(result["configs"], key=step)
+    result["chosen"] = {"dtype": best["dtype"], "compile": best["compile"]}
+    kernels.save_choice(model, device, threads, {
+        "model": model, "device": device, "threads": threads, "chosen": result["chosen"],
+        "candidates": [{"dtype": r["dtype"], "compile": r["compile"], "step_ms": step(r)} for r in result["configs"]],
+        "measured": result["created"], "by": "specharness profile"})
+    log(f"profile: fastest vanilla step: {best['dtype']} / {best['compile']} ({step(best):.1f} ms); recorded as "
+        "this machine's default")
+    if drafters:
+        target = TargetModel.load(model, best["dtype"], device)
+        kernels.apply(target, best["compile"])
+        prompt = target.chat_ids([{"role": "user", "content": "Explain in a few sentences why the sky is blue."}])
+        result["drafters"] = drafter_costs(target, registry, prompt, log=log)
+        result["drafters_config"] = dict(result["chosen"])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "profile.json").write_text(json.dumps(result, indent=1))
+    (out / "profile.md").write_text(markdown(result))
+    figure(result, out / "profile.png")
+    return result
+
+
+def markdown(p: dict) -> str:
+    ctxs = list(p["configs"][0]["by_width"]) if p["configs"] else []
+    widths = list(p["configs"][0]["by_width"][ctxs[0]]) if ctxs else []
+    lines = [f"# Engine profile: {p['model']} on {p['cpu']} ({p['threads']} threads, torch {p['torch']})\n",
+             f"Read bandwidth {p['bandwidth_gbs']:.1f} GB/s. Rooflines (weight bytes / bandwidth): " + ", ".join(
+                 f"{d} {r['ms']:.1f} ms" for d, r in p["rooflines"].items()) + ". transformers' generate: " + ", ".join(
+                 f"{d} {h['step_ms']:.1f} ms/token" for d, h in p["hf_generate"].items()) + ".\n",
+             f"Command: `{p['command']}`\n",
+             "| dtype | compile | context | " + " | ".join(f"T={w}" for w in widths) + " | T=8 / T=1 | T=32 / T=1 | "
+             "step / fp32 roofline |", "|" + "---|" * (len(widths) + 6)]
+    fp32 = p["rooflines"].get("float32", {}).get("ms") or (2 * p["rooflines"].get("bfloat16", {}).get("ms", float("nan")))
+    for r in p["configs"]:
+        for ctx, row in r["by_width"].items():
+            ratio = lambda a: f"{row[a] / row['1']:.2f}" if a in row else "-"  # noqa: E731
+            lines.append(f"| {r['dtype']} | {r['compile']} | {ctx} | " + " | ".join(f"{row[w]:.1f}" for w in widths)
+                         + f" | {ratio('8')} | {ratio('32')} | {row['1'] / fp32:.2f} |")
+    lines.append("\nms per forward (median); chosen default: "
+                 f"{p['chosen']['dtype']} / {p['chosen']['compile']} (fastest T=1 at context {ctxs[0] if ctxs else '-'}).")
+    if p.get("drafters"):
+        lines += ["\n| drafter | draft ms/round (fixed) | draft ms per token | bookkeeping ms/round |", "|---|---|---|---|"]
+        lines += [f"| {n} | {d['draft_fixed_ms']:.2f} | {d['draft_per_token_ms']:.2f} | {d['bookkeeping_ms']:.2f} |"
+                  for n, d in p["drafters"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def figure(p: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    i = 0
+    for r in p["configs"]:
+        for ctx, row in r["by_width"].items():
+            ws = [int(w) for w in row]
+            ax.plot(ws, list(row.values()), label=f"{r['dtype']} {r['compile']}, ctx {ctx}", **style(i))
+            i += 1
+    for dtype, roof in p["rooflines"].items():
+        ax.axhline(roof["ms"], color="black", linestyle=":" if dtype == "float32" else "--", linewidth=0.9)
+        ax.text(1, roof["ms"], f" {dtype} roofline", va="bottom", fontsize=7)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("positions per forward (width)")
+    ax.set_ylabel("ms per target forward")
+    ax.set_title(f"{p['model']}: forward cost by width ({p['bandwidth_gbs']:.0f} GB/s)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+
+
+def add_profile_parser(subparsers) -> None:
+    p = subparsers.add_parser("profile", help="what the engine costs here: forward by width, roofline, drafters",
+                              description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--configs", default=",".join(f"{d}/{m}" for d, m in kernels.CANDIDATES),
+                   help="DTYPE/MODE list (default: every candidate)")
+    p.add_argument("--widths", default=",".join(map(str, WIDTHS)))
+    p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
+    p.add_argument("--no-drafters", action="store_true", help="skip the drafters' step costs")
+    p.add_argument("--out", default="results/profile", help="output directory (default: %(default)s)")
+
+
+def cmd_profile(args, threads: int) -> int:
+    try:
+        configs = [tuple(c.split("/")) for c in args.configs.split(",") if c]
+        widths = [int(w) for w in args.widths.split(",")]
+        contexts = [int(c) for c in args.contexts.split(",")]
+    except ValueError:
+        raise UsageError("--configs DTYPE/MODE,..., --widths and --contexts comma-separated integers") from None
+    for c in configs:
+        if len(c) != 2 or c[0] not in kernels.DTYPE_CHOICES[1:] or c[1] not in kernels.COMPILE_CHOICES[1:]:
+            raise UsageError(f"--configs: '{'/'.join(c)}' is not DTYPE/MODE (e.g. bfloat16/default)")
+    if not widths or min(widths) < 1 or not contexts or min(contexts) < 1:
+        raise UsageError("--widths and --contexts must be positive")
+    run_profile(args.model, args.device, threads, configs, widths, contexts, Path(args.out),
+                not args.no_drafters, log=lambda s: print(s, file=sys.stderr, flush=True))
+    print(f"wrote {args.out}/profile.json, profile.md, profile.png")
+    return 0

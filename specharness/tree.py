@@ -1,0 +1,80 @@
+"""Draft trees: which verified position is whose parent, and what each position may attend to.
+
+A round verifies T positions in one target forward: node 0 is the current token (chosen by the
+target, not yet run through it), nodes 1..T-1 are drafts. ``parents[i]`` is the node a draft
+continues (``parents[0] == -1``); a chain is ``[-1, 0, 1, 2, ...]``. Node i sits at position
+``pos + depth(i)`` (so its rotary embedding is that of its depth) but in cache slot ``start + i``;
+it attends to the committed prefix, its ancestors and itself. After acceptance the engine moves
+the accepted path's keys and values into consecutive slots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+
+
+@dataclass(frozen=True)
+class Tree:
+    parents: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        p = self.parents
+        if not p or p[0] != -1:
+            raise ValueError("a draft tree's node 0 is the current token: parents[0] must be -1")
+        for i, q in enumerate(p[1:], 1):
+            if not 0 <= q < i:
+                raise ValueError(f"draft tree node {i} has parent {q}: parents must come before their children")
+
+    @classmethod
+    def chain(cls, k: int) -> "Tree":
+        """The current token followed by k drafts, each continuing the one before."""
+        return cls((-1, *range(k)))
+
+    @classmethod
+    def from_drafts(cls, parents: list[int] | tuple[int, ...] | None, k: int) -> "Tree":
+        """A proposal's tree: ``parents`` over its k drafts (0 = the current token), None = chain."""
+        return cls.chain(k) if parents is None else cls((-1, *parents))
+
+    def __len__(self) -> int:
+        return len(self.parents)
+
+    @cached_property
+    def is_chain(self) -> bool:
+        return all(q == i - 1 for i, q in enumerate(self.parents[1:], 1))
+
+    @cached_property
+    def depths(self) -> tuple[int, ...]:
+        d = [0] * len(self.parents)
+        for i, q in enumerate(self.parents[1:], 1):
+            d[i] = d[q] + 1
+        return tuple(d)
+
+    @cached_property
+    def children(self) -> tuple[tuple[int, ...], ...]:
+        out: list[list[int]] = [[] for _ in self.parents]
+        for i, q in enumerate(self.parents[1:], 1):
+            out[q].append(i)
+        return tuple(tuple(c) for c in out)
+
+    def ancestors_mask(self, device=None) -> torch.Tensor:
+        """[T, T] bool: node i may attend to node j (j is i or one of its ancestors)."""
+        if self.is_chain:
+            return torch.ones(len(self), len(self), dtype=torch.bool, device=device).tril()
+        T = len(self)
+        m = torch.zeros(T, T, dtype=torch.bool)
+        for i, q in enumerate(self.parents):
+            if q >= 0:
+                m[i] = m[q]
+            m[i, i] = True
+        return m.to(device)
+
+    def path_to(self, node: int) -> list[int]:
+        """Nodes from the root's first child down to ``node`` (empty for the root)."""
+        out = []
+        while node > 0:
+            out.append(node)
+            node = self.parents[node]
+        return out[::-1]

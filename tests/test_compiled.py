@@ -1,0 +1,93 @@
+"""The compiled forward computes what the eager one does, for every width bucket and for trees;
+two models of the same shape never share compiled weights; the engine's configuration is chosen
+by measurement and recorded."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from specharness import kernels
+from specharness.engine import generate
+from specharness.errors import UsageError
+from specharness.methods.vanilla import NoDraft
+from specharness.target import TargetModel
+from specharness.tree import Tree
+from specharness.verify import greedy
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """Two tiny models of one shape (different weights), compiled, and eager twins of them."""
+    torch.set_num_threads(1)
+    eager = [TargetModel.tiny("qwen2", vocab_size=48, n_layers=2, hidden_size=32, seed=s) for s in (1, 2)]
+    compiled = [TargetModel.tiny("qwen2", vocab_size=48, n_layers=2, hidden_size=32, seed=s) for s in (1, 2)]
+    for t in compiled:
+        t.compile("default")
+    yield eager, compiled
+    torch.set_num_threads(2)
+
+
+def test_compiled_logits_equal_eager_and_models_do_not_share_weights(pair):
+    (e1, e2), (c1, c2) = pair
+    ids = [i % 45 + 3 for i in range(70)]  # longer than the widest bucket: the dynamic-width graph
+    for e, c in ((e1, c1), (e2, c2), (e1, c1)):  # the second model would reuse the first's graph if keyed badly
+        torch.testing.assert_close(c.logits(ids), e.logits(ids), rtol=1e-4, atol=1e-4)
+        for width in (1, 3, 8):  # padded to the buckets 1, 4, 8
+            ce, cc = e.new_cache(160), c.new_cache(160)
+            e.forward(torch.tensor(ids), ce, 0)
+            c.forward(torch.tensor(ids), cc, 0)
+            x = torch.tensor(ids[:width])
+            torch.testing.assert_close(c.forward(x, cc, len(ids), head=True).logits,
+                                       e.forward(x, ce, len(ids), head=True).logits, rtol=1e-4, atol=1e-4)
+    assert any(g[-1] == 4 for g in c1.backend.graphs) and any(g[-1] == "wide" for g in c1.backend.graphs)
+
+
+def test_compiled_tree_and_generation_equal_eager(pair):
+    (e1, _), (c1, _) = pair
+    tree = Tree((-1, 0, 0, 1, 2))
+    ce, cc = e1.new_cache(64), c1.new_cache(64)
+    prefix = torch.tensor([5, 6, 7, 8])
+    e1.forward(prefix, ce, 0)
+    c1.forward(prefix, cc, 0)
+    x = torch.tensor([9, 10, 11, 12, 13])
+    torch.testing.assert_close(c1.forward(x, cc, 4, tree=tree, head=True).logits,
+                               e1.forward(x, ce, 4, tree=tree, head=True).logits, rtol=1e-4, atol=1e-4)
+    assert generate(c1, NoDraft(), greedy, [1, 2, 3], 12).token_ids == generate(e1, NoDraft(), greedy, [1, 2, 3], 12).token_ids
+
+
+def test_precompile_covers_every_bucket_up_to_the_widest_draft(pair):
+    _, (c1, _) = pair
+    generate(c1, NoDraft(), greedy, [1, 2, 3], 4)
+    c1.precompile(max_width=5)
+    widths = {g[-1] for g in c1.backend.graphs if g[0] == 0 and g[2]}  # the full-depth graphs with the head
+    assert {1, 2, 4, 8} <= widths
+
+
+def test_the_configuration_is_pinned_asked_cached_or_measured(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECHARNESS_CACHE", str(tmp_path))
+    monkeypatch.setattr(kernels, "CANDIDATES", (("float32", "none"), ("bfloat16", "none"), ("float32", "default")))
+    assert kernels.choose("bfloat16", "none", "m", "cpu", 1, None) == kernels.EngineConfig("bfloat16", "none", "asked")
+    monkeypatch.setenv(kernels.PIN_ENV, "float32/none")
+    assert kernels.choose("auto", "auto", "m", "cpu", 1, None).source == "$SPECHARNESS_ENGINE"
+    monkeypatch.setenv(kernels.PIN_ENV, "float32")
+    with pytest.raises(UsageError, match="DTYPE/MODE"):
+        kernels.choose("auto", "auto", "m", "cpu", 1, None)
+    monkeypatch.delenv(kernels.PIN_ENV)
+    loads = []
+
+    def load(dtype):
+        loads.append(dtype)
+        return TargetModel.tiny("llama", vocab_size=32, n_layers=1, hidden_size=32, seed=0, dtype=dtype)
+
+    chosen = kernels.choose("auto", "auto", "m", "cpu", 1, load)
+    assert chosen.source == "measured" and len(loads) == len(kernels.CANDIDATES)
+    record = json.loads(kernels.choice_file("m", "cpu", 1).read_text())
+    best = min(record["candidates"], key=lambda r: r["step_ms"])
+    assert (chosen.dtype, chosen.compile) == (best["dtype"], best["compile"])
+    again = kernels.choose("auto", "auto", "m", "cpu", 1, load)
+    assert again.source == "cached" and len(loads) == len(kernels.CANDIDATES)  # nothing measured twice
+    only = kernels.choose("float32", "auto", "m", "cpu", 1, load)
+    assert only.dtype == "float32" and only.compile in ("none", "default")
