@@ -59,6 +59,8 @@ class Verified:
     hidden: torch.Tensor  # [accepted + 1, H] final hidden states (before the norm) of current + kept drafts
     logits: torch.Tensor  # [accepted + 1, V] the target's logits there
     captured: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> [accepted + 1, H]
+    tree_tokens: list[int] = field(default_factory=list)  # every verified node's token (current first)
+    tree_logits: torch.Tensor | None = None  # [nodes, V] the target's logits at every verified node
 
     def __int__(self) -> int:
         return self.accepted
@@ -148,7 +150,7 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
         timer.start()
         prop = drafter.propose(state)
         timer.mark()  # drafted
-        drafts, pos = prop.tokens, state.pos
+        drafts, pos, current = prop.tokens, state.pos, state.ids[-1]
         k = len(drafts)
         tree = Tree.from_drafts(prop.parents, k)
         if max(tree.depths) > state.max_draft:
@@ -170,7 +172,8 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
         cache.crop(pos + len(nodes))
         state.last_hidden = target.norm(out.hidden[nodes[-1]])
         drafter.commit(state, Verified(pos, len(path), path, out.hidden[nodes], out.logits[nodes],
-                                       {layer: h[nodes] for layer, h in (out.captured or {}).items()}))
+                                       {layer: h[nodes] for layer, h in (out.captured or {}).items()},
+                                       [current, *drafts], out.logits))
         timer.mark()  # accepted
         draft_s, verify_s, accept_s = timer.split()
         rounds.append(Round(k, min(len(path), len(new)), draft_s, verify_s, accept_s, width=k + 1))

@@ -201,7 +201,7 @@ class DecoderStack(nn.Module):
 
 # ---- running the stack: eagerly, or compiled ---------------------------------------------------------
 COMPILE_MODES = ("none", "default", "max-autotune")
-WIDTH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # compiled graphs see these widths (padded); wider runs dynamic
+WIDTH_BUCKETS = (1, 8, 16, 32, 64)  # compiled graphs see these widths (padded; the curve is flat to 8); wider: dynamic
 
 
 class EagerBackend:
