@@ -66,7 +66,7 @@ def test_head_k_drafts_k_tokens_ahead(smol):
 def test_no_heads_says_how_to_train(smol, monkeypatch, tmp_path, capsys):
     from specharness.cli import main
     from specharness.methods.medusa import drafter as medusa_drafter
-    monkeypatch.setattr(medusa_drafter, "default_heads_dir", lambda target: tmp_path / "none")
+    monkeypatch.setattr(medusa_drafter, "default_heads_dir", lambda target, lm_head="own": tmp_path / "none")
     with pytest.raises(UsageError) as err:
         build_method(build_registry(), "medusa", [], smol, 0.0)
     assert "python -m specharness train medusa" in str(err.value) and "\n" not in str(err.value)
@@ -176,7 +176,8 @@ def test_bad_checkpoints_are_one_line_errors(tiny, tmp_path, make, needle):
 
 
 @pytest.mark.parametrize("opts, needle", [(["heads=0"], "heads"), (["heads=x"], "heads"),
-                                          (["gamma=3"], "no option 'gamma'")])
+                                          (["gamma=3"], "no option 'gamma'"), (["tree=bushy"], "is not one of"),
+                                          (["tree_size=99"], "outside")])
 def test_bad_options_are_one_line_usage_errors(tiny, opts, needle):
     target, _ = tiny
     with pytest.raises(UsageError) as err:
@@ -205,6 +206,45 @@ def test_sampling_is_lossless(tiny, tmp_path, kind):
     for j in (1, 2):
         p = chi_square_p([o[j] for o in outs], marg[j])
         assert p > 1e-3, f"{kind} token {j + 1}: chi-square p = {p:.2e} against the exact target distribution"
+
+
+# ---- trees --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("tree", ["sized", "mc_sim_7b_63"])
+def test_tree_greedy_equals_vanilla(smol, prompts, tree):
+    reg = build_registry()
+    m = build_method(reg, "medusa", ["heads_path=random", f"tree={tree}"], smol, 0.0)
+    s = Settings(max_new_tokens=NEW_TOKENS)
+    widths = set()
+    for subtask, ids in prompts[:3]:
+        ref = generate(smol, NoDraft(), greedy, ids, NEW_TOKENS).token_ids
+        out = m.generate(ids, s, 0)
+        widths |= {r.width for r in out.rounds[1:]}
+        assert_same_or_near_tie(smol, ids, ref, out.token_ids, f"medusa tree={tree} on {subtask}")
+    assert max(widths) == (8 if tree == "sized" else 64)  # the whole tree in one forward
+
+
+def test_tree_paths_follow_the_authors_ranks():
+    from specharness.methods.medusa.trees import MC_SIM_7B_63, paths, structure
+    assert len(MC_SIM_7B_63) == 63 and len(paths("mc_sim_7b_63", 4, 7)) == 63
+    parents, picks = structure(paths("sized", 4, 7))
+    assert len(parents) == 7 and all(p <= i for i, p in enumerate(parents))
+    assert picks[:2] == [(0, 0), (0, 1)] and paths("chain", 3, 7) == [(0,), (0, 0), (0, 0, 0)]
+
+
+def test_tree_sampling_is_lossless(tiny):
+    """A sized tree (deterministic nodes, point-mass acceptance over siblings): tokens 2 and 3 must
+    follow the exact target distribution."""
+    target, marg = tiny
+    heads = random_heads(target, 3)
+    d = MedusaDrafter(target, heads, "sized", 7)
+    outs, accepted = [], 0
+    for seed in range(SAMPLES):
+        g = generate(target, d, speculative_sampling, PROMPT, 4, 1.0, seed)
+        outs.append(g.token_ids)
+        accepted += sum(r.accepted for r in g.rounds)
+    assert accepted > 50
+    for j in (1, 2):
+        assert chi_square_p([o[j] for o in outs], marg[j]) > 1e-3
 
 
 # ---- the trainer (tiny model, data in the shared self-distillation format) ---------------------------

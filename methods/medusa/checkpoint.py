@@ -19,9 +19,10 @@ from .heads import MedusaHeads
 CHECKPOINT_NAMES = ("medusa_lm_head.pt", "medusa_lm_head.safetensors")
 
 
-def default_heads_dir(target) -> Path:
-    """Where ``train medusa`` caches heads for this target (never committed)."""
-    return cache_root() / "medusa" / target.name
+def default_heads_dir(target, lm_head: str = "own") -> Path:
+    """Where ``train medusa`` caches heads for this target (never committed); heads feeding the
+    target's shared LM head live beside the Medusa-1 ones."""
+    return cache_root() / "medusa" / (target.name + ("" if lm_head == "own" else "-shared"))
 
 
 def _find_checkpoint(path: Path) -> Path:

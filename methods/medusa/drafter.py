@@ -4,10 +4,13 @@ Head k (k = 1..K) reads the normed final hidden state h_t that chose the current
 (``state.last_hidden``) and predicts x_{t+1+k}: the token k+1 positions after h_t's own. Each
 head is residual block(s) ``x + SiLU(W x + b)`` (W zero-initialised, so an untrained block is the
 identity) followed by its own LM head, initialised from the target's: the Medusa-1 architecture of
-github.com/FasterDecoding/Medusa, restated here. As in the Kangaroo paper's comparison there is
-no tree: the K top-1 tokens (greedy) or K tokens each sampled from its head's own distribution
-(sampling, handed over as q) form one draft sequence, verified by the engine in one full target
-forward and accepted by ``specharness.verify``; the drafter keeps no state between rounds.
+github.com/FasterDecoding/Medusa, restated here. ``tree=chain`` (the Kangaroo paper's comparison):
+the K top-1 tokens (greedy) or K tokens each sampled from its head's own distribution (sampling,
+handed over as q) form one draft sequence. ``tree=mc_sim_7b_63`` (the authors' default) or
+``tree=sized`` (its most likely paths, as many as the machine's width curve makes cheap): node
+(depth d, rank r) is head d's r-th token, and the engine verifies the whole tree in one forward
+(``specharness.verify``: lossless speculative sampling over the tree; Medusa's own typical
+acceptance is not lossless and is not offered). The drafter keeps no state between rounds.
 
 Heads come from ``-o heads_path=...``:
   * a directory (or file) in the official Medusa-1 layout: ``medusa_lm_head.pt`` (a state dict of
@@ -35,9 +38,18 @@ from specharness.options import OptionSpec
 
 from .checkpoint import CHECKPOINT_NAMES, _find_checkpoint, default_heads_dir, load_heads
 from .heads import MedusaHeads, random_heads
+from .trees import TREES, paths, structure
 
 OPTIONS = [
     OptionSpec("heads", "int", 4, "Medusa heads used (head k drafts the k-th token after the current one)", min=1),
+    OptionSpec("tree", "str", "chain", "'chain' (one sequence: each head's top token, as the Kangaroo paper "
+               "compares), 'mc_sim_7b_63' (the authors' 63-node tree) or 'sized' (its first tree_size paths)",
+               choices=TREES),
+    OptionSpec("lm_head", "str", "own", "which heads 'train medusa' cached to use when heads_path is empty: "
+               "'own' (Medusa-1: an LM head per head) or 'shared' (residual blocks on the target's head)",
+               choices=("own", "shared")),
+    OptionSpec("tree_size", "int", 7, "nodes of the 'sized' tree (the width curve's cheap widths: 7 + the current "
+               "token = 8 positions)", min=1, max=63),
     OptionSpec("heads_path", "str", "",
                "official Medusa-1 checkpoint (dir with medusa_lm_head.pt + config.json), 'random' for "
                "untrained seeded heads, or empty for the heads 'train medusa' cached for this model"),
@@ -51,7 +63,7 @@ def resolve_heads(target, options: dict) -> MedusaHeads:
     if raw == "random":
         key: tuple = ("medusa-heads", "random", n)
     else:
-        path = Path(raw).expanduser() if raw else default_heads_dir(target)
+        path = Path(raw).expanduser() if raw else default_heads_dir(target, options.get("lm_head", "own"))
         if not raw and not any((path / c).is_file() for c in CHECKPOINT_NAMES):
             raise UsageError(f"no Medusa heads for '{target.name}' (looked in {path}); train them with "
                              "'python -m specharness train medusa', or pass -o heads_path=DIR (official "
@@ -66,9 +78,13 @@ def resolve_heads(target, options: dict) -> MedusaHeads:
 class MedusaDrafter:
     exit_layer = 0  # drafts are verified by a full target forward from the embeddings
 
-    def __init__(self, target, heads: MedusaHeads) -> None:
+    def __init__(self, target, heads: MedusaHeads, tree: str = "chain", tree_size: int = 7) -> None:
         self.target, self.heads = target, heads
-        self.max_width = heads.n_heads + 1  # the widest verification forward (compiled before timing)
+        self.chain = tree == "chain"
+        self.parents, self.picks = structure(paths(tree, heads.n_heads, tree_size))
+        self.depth_of = [d for d, _ in self.picks]
+        self.top = max(r for _, r in self.picks) + 1
+        self.max_width = len(self.picks) + 1  # the widest verification forward (compiled before timing)
 
     def begin(self, state: DecodeState, prefill_hidden) -> None:
         pass
@@ -77,27 +93,42 @@ class MedusaDrafter:
         k = min(self.heads.n_heads, state.max_draft)
         if k <= 0:
             return Proposal()
-        logits = self.heads.logits(state.last_hidden, self.target, k)  # [k, V]
-        if state.temperature > 0:
-            q = torch.softmax(logits.float() / state.temperature, dim=-1)
-            tokens = torch.multinomial(q, 1, generator=state.generator)[:, 0].tolist()
-        else:
-            q, tokens = None, logits.argmax(dim=-1).tolist()
-        eos = self.target.eos_ids
-        for i, tok in enumerate(tokens):
-            if tok in eos:  # nothing after an end of sequence can be kept
-                tokens = tokens[:i + 1]
-                q = q[:i + 1] if q is not None else None
-                break
-        return Proposal(tokens, q)
+        logits = self.heads.logits(state.last_hidden, self.target, k)  # [k, V]: head d drafts depth d + 1
+        if self.chain:  # one sequence: sampled from each head's q when sampling, else each head's top token
+            if state.temperature > 0:
+                q = torch.softmax(logits.float() / state.temperature, dim=-1)
+                tokens = torch.multinomial(q, 1, generator=state.generator)[:, 0].tolist()
+            else:
+                q, tokens = None, logits.argmax(dim=-1).tolist()
+            eos = self.target.eos_ids
+            for i, tok in enumerate(tokens):
+                if tok in eos:  # nothing after an end of sequence can be kept
+                    tokens, q = tokens[:i + 1], (q[:i + 1] if q is not None else None)
+                    break
+            return Proposal(tokens, q)
+        # a tree: node (depth d, rank r) takes head d's r-th most likely token; chosen deterministically,
+        # so sampling verifies them as point masses (Medusa's typical acceptance is not lossless)
+        ranked = logits.topk(min(self.top, logits.shape[-1]), dim=-1).indices.tolist()
+        keep = [i for i, d in enumerate(self.depth_of) if d < k]  # paths the remaining budget allows
+        where = {i: j for j, i in enumerate(keep)}
+        tokens = [ranked[self.depth_of[i]][self.picks[i][1]] for i in keep]
+        parents = [0 if self.parents[i] == 0 else where[self.parents[i] - 1] + 1 for i in keep]
+        return Proposal(tokens, None, parents=parents)
 
-    def commit(self, state: DecodeState, accepted: int) -> None:
+    def commit(self, state: DecodeState, verified) -> None:
         pass
 
 
 def build(target, options: dict) -> MedusaDrafter:
-    return MedusaDrafter(target, resolve_heads(target, options))
+    return MedusaDrafter(target, resolve_heads(target, options), options["tree"], options["tree_size"])
 
 
 def extra_params(target, options: dict) -> int:
     return resolve_heads(target, options).n_parameters
+
+
+def heads_info(target, options: dict) -> dict:
+    """The variant, for the report: own LM heads (Medusa-1) or the target's shared one, and the tree."""
+    heads = resolve_heads(target, options)
+    return {"lm_head": "own" if heads.own_head else "shared", "tree": options["tree"] if options["tree"] != "sized"
+            else f"sized ({options['tree_size']})"}
