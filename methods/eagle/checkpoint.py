@@ -1,0 +1,92 @@
+"""EAGLE head checkpoints: ``model.safetensors`` (the head's parameters and, under
+``draft_vocab.token_ids``, token ids by descending frequency in its training answers) beside a
+``config.json`` (the head's shape, the model it was trained for, its draft vocabulary, training
+summary). Heads this project ships live in ``methods/eagle/heads/<model>/``; ``train eagle`` writes
+to the cache unless told otherwise."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from specharness.checkpoint import read_state_dict
+from specharness.errors import UsageError
+from specharness.target import TargetModel
+
+from .head import EagleHead
+
+HEAD_ROOT = Path(__file__).with_name("heads")
+VOCAB_KEY = "draft_vocab.token_ids"
+UNTRAINED = "untrained"
+
+
+def model_slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def shipped_head_dir(target: TargetModel) -> Path:
+    return HEAD_ROOT / model_slug(target.name)
+
+
+def resolve_head_path(target: TargetModel, ref: str) -> Path | str:
+    ref = (ref or "").strip()
+    if ref == UNTRAINED:
+        return UNTRAINED
+    path = Path(ref).expanduser() if ref else shipped_head_dir(target)
+    if not path.is_dir():
+        if not ref:
+            raise UsageError(f"no shipped EAGLE head for '{target.name}'; train one with 'python -m specharness "
+                             "train eagle' and pass -o head=DIR (or -o head=untrained)")
+        raise UsageError(f"EAGLE head '{ref}' is not a directory with model.safetensors and config.json")
+    return path
+
+
+def save_head(head: EagleHead, out: Path, target: TargetModel, vocab_order: torch.Tensor | None,
+              draft_vocab: int, extra: dict | None = None) -> None:
+    from safetensors.torch import save_file
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}
+    if vocab_order is not None:
+        state[VOCAB_KEY] = vocab_order.to(torch.int64).contiguous().cpu()
+    tmp = out / "model.safetensors.partial"
+    save_file(state, str(tmp), metadata={"format": "pt"})
+    tmp.replace(out / "model.safetensors")
+    cfg = {"method": "eagle", "model": target.name, "model_n_layers": target.n_layers, **head.shape,
+           "draft_vocab": draft_vocab, **(extra or {})}
+    (out / "config.json").write_text(json.dumps(cfg, indent=1, default=str))
+
+
+def load_head(path: Path | str, target: TargetModel, draft_vocab: int = -1) -> tuple[EagleHead, torch.Tensor | None]:
+    """(head, draft-vocabulary token ids or None) for ``target``; memoised on the target."""
+    key = ("eagle-head", str(path), Path(path).stat().st_mtime_ns if path != UNTRAINED else 0, draft_vocab)
+    if key in target.memo:
+        return target.memo[key]
+    if path == UNTRAINED:
+        head, order, trained_vocab = EagleHead.for_target(target).eval(), None, 0
+    else:
+        cfg_file, weights = Path(path) / "config.json", Path(path) / "model.safetensors"
+        if not cfg_file.is_file() or not weights.is_file():
+            raise UsageError(f"EAGLE head '{path}' lacks config.json or model.safetensors")
+        cfg = json.loads(cfg_file.read_text())
+        if cfg.get("model") != target.name or cfg.get("hidden") != target.hidden_size:
+            raise UsageError(f"EAGLE head '{path}' was trained for '{cfg.get('model')}', not '{target.name}'")
+        state = read_state_dict(weights, "EAGLE head")
+        order = state.pop(VOCAB_KEY, None)
+        head = EagleHead(cfg["hidden"], cfg["n_heads"], cfg["n_kv"], cfg["head_dim"], cfg["inner"], cfg["eps"])
+        try:
+            head.load_state_dict(state)
+        except RuntimeError as exc:
+            raise UsageError(f"EAGLE head '{path}' does not fit its config: {str(exc).splitlines()[0]}") from None
+        head = head.to(device=target.device, dtype=target.dtype).eval()
+        trained_vocab = int(cfg.get("draft_vocab") or 0)
+    head.requires_grad_(False)
+    n = trained_vocab if draft_vocab == -1 else draft_vocab
+    if n and order is None:
+        raise UsageError(f"option eagle.draft_vocab={draft_vocab}: this head stores no token frequencies; use 0")
+    if n and n > (order.numel() if order is not None else 0):
+        raise UsageError(f"option eagle.draft_vocab={n} exceeds the {order.numel()} tokens this head ranked")
+    rows = order[:n].to(target.device).contiguous() if n else None
+    target.memo[key] = (head, rows)
+    return head, rows

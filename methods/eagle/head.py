@@ -1,0 +1,73 @@
+"""The EAGLE draft head (Li et al., arXiv:2401.15077): one decoder layer over [token ; feature].
+
+At position t it reads the embedding of token x_{t+1} and the target's feature f_t (its final
+hidden state after the final norm, the state the LM head reads) through a linear layer
+(2H -> H), then one decoder layer of the target's shape (attention with the target's head layout
+and rotary embedding, its own one-layer KV cache, SwiGLU feed-forward) and an RMSNorm (started
+from the target's final norm, since the features it predicts are normed), and predicts f_{t+1}; the
+target's own LM head (shared, never copied; optionally restricted to a draft vocabulary) turns
+that into the draft distribution of x_{t+2}. Drafting deeper feeds the head its own predictions.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specharness.target import KVCache, TargetModel, attend, rms_norm, rotary
+
+
+class EagleHead(nn.Module):
+    def __init__(self, hidden: int, n_heads: int, n_kv: int, head_dim: int, inner: int, eps: float) -> None:
+        super().__init__()
+        self.fc = nn.Linear(2 * hidden, hidden)
+        self.ln1 = nn.Parameter(torch.ones(hidden))
+        self.wqkv = nn.Parameter(torch.empty((n_heads + 2 * n_kv) * head_dim, hidden))
+        self.wo = nn.Parameter(torch.empty(hidden, n_heads * head_dim))
+        self.ln2 = nn.Parameter(torch.ones(hidden))
+        self.w_gate_up = nn.Parameter(torch.empty(2 * inner, hidden))
+        self.w_down = nn.Parameter(torch.empty(hidden, inner))
+        self.out_norm = nn.Parameter(torch.ones(hidden))  # features are post-norm: predict them through a norm
+        self.shape = dict(hidden=hidden, n_heads=n_heads, n_kv=n_kv, head_dim=head_dim, inner=inner, eps=eps)
+        self.eps = eps
+
+    @classmethod
+    def for_target(cls, target: TargetModel) -> "EagleHead":
+        """A head shaped for ``target``, started from the target itself: its last decoder layer, and a
+        linear layer that adds the token embedding to the feature (so, untrained, it already passes
+        the target's last state through that layer once more)."""
+        inner = getattr(target.config, "intermediate_size", 4 * target.hidden_size)
+        head = cls(target.hidden_size, target.n_heads, target.n_kv_heads, target.head_dim, inner, target.eps)
+        last = target.layers_w[-1]
+        H = target.hidden_size
+        with torch.no_grad():
+            head.fc.weight.copy_(torch.cat([torch.eye(H), torch.eye(H)], dim=1))
+            head.fc.bias.zero_()
+            head.ln1.copy_(last.ln1.float())
+            head.wqkv.copy_(last.attn.wqkv.float())
+            head.wo.copy_(last.attn.wo.float())
+            head.ln2.copy_(last.ln2.float())
+            head.w_gate_up.copy_(last.w_gate_up.float())
+            head.w_down.copy_(last.w_down.float())
+            head.out_norm.copy_(target.norm_weight.float())
+        return head.to(device=target.device, dtype=target.dtype)
+
+    @property
+    def n_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, target: TargetModel, emb: torch.Tensor, feat: torch.Tensor, positions: torch.Tensor,
+                slots: torch.Tensor, mask: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Predicted features [N, H] for N inputs (token embeddings and features [N, H]) at
+        ``positions``, written to ``cache`` slots, attending where ``mask`` [N, slots] allows."""
+        s = self.shape
+        N, H, Hkv, d = emb.shape[0], s["n_heads"], s["n_kv"], s["head_dim"]
+        h = self.fc(torch.cat([emb, feat], dim=-1))
+        q, k, v = F.linear(rms_norm(h, self.ln1, self.eps), self.wqkv).split([H * d, Hkv * d, Hkv * d], dim=-1)
+        cos, sin = target.rope_at(positions)
+        o = attend(rotary(q.view(N, H, d).transpose(0, 1), cos, sin), rotary(k.view(N, Hkv, d).transpose(0, 1), cos, sin),
+                   v.view(N, Hkv, d).transpose(0, 1), cache.k[0], cache.v[0], slots, mask)
+        h = h + F.linear(o, self.wo)
+        h = h + target.mlp(rms_norm(h, self.ln2, self.eps), self.w_gate_up, self.w_down)
+        return rms_norm(h, self.out_norm, self.eps)

@@ -1,0 +1,27 @@
+"""EAGLE's hook implementations: the ``eagle`` method and the ``eagle`` trainer."""
+
+from __future__ import annotations
+
+from specharness.hookspecs import DrafterSpec, TrainerSpec, hookimpl
+
+from . import train
+from .checkpoint import load_head, resolve_head_path
+from .drafter import OPTIONS, build
+
+
+def _params(target, options: dict) -> int:
+    return load_head(resolve_head_path(target, options["head"]), target, options["draft_vocab"])[0].n_parameters
+
+
+@hookimpl
+def specharness_drafters() -> list[DrafterSpec]:
+    return [DrafterSpec("eagle", build, OPTIONS, params=_params,
+                        info=lambda target, options: {"tree": options["mode"], "head": options["head"] or "shipped"},
+                        tiny_options={"head": "untrained", "draft_vocab": 0},
+                        help="EAGLE-2: a one-layer head over [token ; target feature] drafts a dynamic tree "
+                             "(EAGLE-1's chain with -o mode=chain); the target verifies it in one forward")]
+
+
+@hookimpl
+def specharness_trainers() -> list[TrainerSpec]:
+    return [TrainerSpec("eagle", train.run, train.OPTIONS, help=train.HELP)]

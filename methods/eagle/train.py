@@ -1,0 +1,258 @@
+"""``python -m specharness train eagle``: an EAGLE head by self-distillation, target frozen.
+
+1. Data: the shared self-distillation conversations (``specharness.selfdistill``, the recipe every
+   trainer offers), and from one teacher-forced target pass over them: the target's final hidden
+   state at every position (after the final norm: the feature the LM head reads) and its top-k
+   next-token probabilities at trained positions. Both are cached beside the data.
+2. Training, as the authors do: at position t the head reads (token x_{t+1}, feature f_t + uniform
+   noise in [-noise, noise]) over the whole conversation (causal, its own cache) and predicts
+   f_{t+1}; the loss is smooth-L1 between predicted and true features (averaged over dimensions,
+   summed over positions) plus ``ce_weight`` x the
+   cross-entropy of the shared LM head over the predicted feature against the target's top-k
+   distribution of x_{t+2} (restricted to the draft vocabulary), at positions whose x_{t+2} is an
+   answer token. AdamW, warm-up then cosine decay, gradient clipping 1.0.
+3. Held-out agreement: the head's argmax equals the target's, (a) with the target's own features
+   (depth 1, on-policy), (b) one step later on the head's own predicted feature (depth 2) and (c)
+   two steps later (depth 3): the off-policy gap the drafting tree meets.
+
+Progress bars, a checkpoint per epoch, ``--resume``, and report.json (wall time and FLOPs of data,
+teacher pass and training; parameters; losses; agreements).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from specharness import selfdistill as sd
+from specharness.checkpoint import save_atomic
+from specharness.errors import UsageError
+from specharness.options import OptionSpec
+from specharness.paths import cache_root
+from specharness.target import TargetModel, attention_mask
+from specharness.tree import Tree
+
+from .checkpoint import model_slug, save_head
+from .head import EagleHead
+
+OPTIONS = [
+    OptionSpec("epochs", "int", 10, "passes over the training conversations", min=1),
+    OptionSpec("lr", "float", 3e-3, "AdamW peak learning rate", min=0.0),
+    OptionSpec("weight_decay", "float", 0.0, "AdamW weight decay", min=0.0),
+    OptionSpec("seqs_per_step", "int", 8, "conversations per optimizer step", min=1),
+    OptionSpec("topk", "int", 16, "soft labels keep the target's top-k probabilities", min=1, max=1024),
+    OptionSpec("draft_vocab", "int", 8192, "draft head rows: the N most frequent answer tokens (0 = full head)", min=0),
+    OptionSpec("ce_weight", "float", 0.1, "weight of the token cross-entropy beside the feature regression", min=0.0),
+    OptionSpec("noise", "float", 0.1, "uniform noise on the input features (+-noise)", min=0.0),
+    *sd.RECIPE_OPTIONS,
+]
+HELP = "self-distil an EAGLE head (feature regression + token cross-entropy, noise on features)"
+
+
+def _rows(ds, train_idx: list[int], vocab_size: int, n: int) -> tuple[torch.Tensor, torch.Tensor | None, float]:
+    freq = sd.token_frequencies(ds.select(train_idx), vocab_size)
+    order = torch.argsort(-freq.double() + torch.arange(vocab_size) * 1e-9)  # ties: lower id first
+    rows = order[:n].contiguous() if n else None
+    coverage = float(freq[order[:n]].sum() / freq.sum()) if n else 1.0
+    return order, rows, coverage
+
+
+class Conversations:
+    """Per conversation: tokens, true features, trained positions, soft labels in draft-head rows."""
+
+    def __init__(self, ds, feats: dict, target: TargetModel, rows: torch.Tensor | None) -> None:
+        self.ds, self.f, self.target = ds, feats, target
+        self.lookup = None
+        if rows is not None:
+            self.lookup = torch.full((target.vocab_size,), -1, dtype=torch.long)
+            self.lookup[rows] = torch.arange(rows.numel())
+
+    def __call__(self, i: int):
+        a, b = int(self.f["offsets"][i]), int(self.f["offsets"][i + 1])
+        ids = torch.tensor(self.ds[i]["input_ids"])
+        feat = self.target.norm(self.f["hidden"][a:b].to(self.target.dtype)).float()
+        top_ids, top_p = self.f["ids"][a:b].long(), self.f["probs"][a:b].float()
+        n = len(ids)
+        # training position t (reads x_{t+1}, f_t) predicts f_{t+1} and x_{t+2}: labels of position t+1
+        t = torch.arange(n - 2)
+        keep = top_ids[t + 1, 0] >= 0
+        lab_ids, lab_p = top_ids[t + 1], top_p[t + 1]
+        if self.lookup is not None:
+            lab_ids = self.lookup[lab_ids.clamp(min=0)]
+            lab_p = lab_p * (lab_ids >= 0)
+        lab_p = lab_p / lab_p.sum(-1, keepdim=True).clamp(min=1e-9)
+        argmax = top_ids[t + 1, 0]
+        return ids, feat, t[keep], lab_ids[keep].clamp(min=0), lab_p[keep], argmax[keep]
+
+
+def run_head(head: EagleHead, target: TargetModel, tokens: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
+    """The head over a whole conversation, causally: position t reads (x_{t+1}, f_t)."""
+    n = feats.shape[0]
+    cache = target.new_cache(n, n_layers=1)
+    cache.k = [cache.k[0].float()]
+    cache.v = [cache.v[0].float()]
+    cache.claim(0, 1, 0, n)
+    pos = torch.arange(n)
+    return head(target, F.embedding(tokens, target.embed_weight).float(), feats, pos, pos,
+                attention_mask(0, Tree.chain(n - 1), n, feats.device), cache)
+
+
+def logits_of(target: TargetModel, feats: torch.Tensor, subset: torch.Tensor | None) -> torch.Tensor:
+    return F.linear(feats, (target.head_weight if subset is None else subset).float())
+
+
+@torch.no_grad()
+def evaluate(head, target, convs: Conversations, indices: list[int], subset, rows) -> dict:
+    """Held-out top-1 agreement at draft depth 1 (true features), 2 and 3 (the head's own)."""
+    hits, total, loss = [0, 0, 0], [0, 0, 0], 0.0
+    to_id = (lambda j: rows[j]) if rows is not None else (lambda j: j)
+    for i in indices:
+        ids, feat, sel, _, _, argmax = convs(i)
+        if not len(sel):
+            continue
+        x = ids[1:len(feat)]
+        f = feat[:len(x)]
+        for depth in range(3):
+            if len(x) < 2:
+                break
+            out = run_head(head, target, x, f)
+            pred = to_id(logits_of(target, out, subset).argmax(-1))  # prediction of x_{t+2} from position t
+            n = len(pred) - 1 - depth
+            if n <= 0:
+                break
+            want = torch.full((len(feat),), -1, dtype=torch.long)
+            want[sel] = argmax  # the target's argmax of x_{t+2}, indexed by training position t
+            got = pred[:n]
+            w = want[depth:depth + n]
+            valid = w >= 0
+            hits[depth] += int((got[valid] == w[valid]).sum())
+            total[depth] += int(valid.sum())
+            if depth == 0:
+                loss += float(F.smooth_l1_loss(out[:len(feat) - 1], feat[1:len(out) + 1], reduction="none").mean(-1).sum())
+            # next depth: position t now reads the head's own feature of t + depth + 1
+            x, f = x[1:], out[:-1]
+    return {"top1_depth1": hits[0] / max(total[0], 1), "top1_depth2": hits[1] / max(total[1], 1),
+            "top1_depth3": hits[2] / max(total[2], 1), "positions": total[0],
+            "feature_loss": loss / max(total[0], 1)}
+
+
+def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) -> dict:
+    out = Path(out_dir) if out_dir else cache_root() / "eagle" / model_slug(target.name)
+    state_file = out / "train_state.pt"
+    if resume and not state_file.is_file():
+        raise UsageError(f"--resume: no checkpoint in '{out}' (train_state.pt); run without --resume first")
+    if not resume and state_file.is_file():
+        raise UsageError(f"'{out}' already holds a training run; pass --resume to continue it or choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    L = target.n_layers
+
+    # 1. data and the teacher pass
+    s = sd.recipe(options)
+    data_dir = sd.data_dir(target, options, s)
+    ds, meta, reused = sd.load_or_generate(target, s, data_dir)
+    t_data = time.perf_counter() - started
+    t0 = time.perf_counter()
+    feats = sd.features(target, ds, meta, data_dir, L, options["topk"])
+    t_teacher = time.perf_counter() - t0
+    train_idx, held_idx = sd.split(len(ds), options["held_out"], options["seed"])
+    order, rows, coverage = _rows(ds, train_idx, target.vocab_size, options["draft_vocab"])
+    subset = target.head_rows(rows) if rows is not None else None
+    convs = Conversations(ds, feats, target, rows)
+
+    # 2. head, optimizer, schedule, resume
+    torch.manual_seed(options["seed"])
+    head = EagleHead.for_target(target).float().train()
+    opt = torch.optim.AdamW(head.parameters(), lr=options["lr"], weight_decay=options["weight_decay"],
+                            betas=(0.9, 0.95))
+    per_epoch = math.ceil(len(train_idx) / options["seqs_per_step"])
+    total_steps = per_epoch * options["epochs"]
+    warmup = max(1, min(50, total_steps // 10))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min(1.0, (k + 1) / warmup) * 0.5 * (
+        1 + math.cos(math.pi * min(1.0, k / max(1, total_steps)))))
+    baseline = evaluate(head, target, convs, held_idx, subset, rows)
+    start_epoch, history, train_s, train_flops = 0, [], 0.0, 0.0
+    if resume:
+        st = torch.load(str(state_file), map_location="cpu", weights_only=True)
+        if st["options"] != {k: options[k] for k in st["options"]}:
+            raise UsageError(f"--resume: '{out}' was trained with other options; repeat them or start a new --out")
+        head.load_state_dict(st["head"])
+        opt.load_state_dict(st["optimizer"])
+        sched.load_state_dict(st["scheduler"])
+        start_epoch, history = st["epoch"], json.loads(st["history"])
+        train_s, train_flops = st["train_s"], st["train_flops"]
+        torch.set_rng_state(st["rng"])
+
+    # 3. train
+    n_head = sum(p.numel() for n, p in head.named_parameters())
+    head_rows = options["draft_vocab"] or target.vocab_size
+    g = torch.Generator().manual_seed(options["seed"])
+    for epoch in range(start_epoch, options["epochs"]):
+        t0 = time.perf_counter()
+        head.train()
+        perm = [train_idx[j] for j in torch.randperm(len(train_idx), generator=g).tolist()]
+        bar = tqdm(range(0, len(perm), options["seqs_per_step"]), desc=f"eagle epoch {epoch + 1}/{options['epochs']}",
+                   unit="step")
+        run_loss, run_n = 0.0, 0
+        for b0 in bar:
+            chunk = [convs(i) for i in perm[b0:b0 + options["seqs_per_step"]]]
+            n_pos = sum(len(c[2]) for c in chunk)
+            if not n_pos:
+                continue
+            opt.zero_grad(set_to_none=True)
+            step_loss = 0.0
+            for ids, feat, sel, lab_ids, lab_p, _ in chunk:
+                if not len(sel):
+                    continue
+                x, f = ids[1:len(feat)], feat[:len(feat) - 1]
+                noisy = f + (torch.rand(f.shape, generator=g) * 2 - 1) * options["noise"]
+                pred = run_head(head, target, x, noisy)[sel]
+                vloss = F.smooth_l1_loss(pred, feat[sel + 1], reduction="none").mean(-1).sum()  # per position
+                logp = torch.log_softmax(logits_of(target, pred, subset), -1)
+                ploss = -(lab_p * logp.gather(1, lab_ids)).sum()
+                loss = (vloss + options["ce_weight"] * ploss) / n_pos
+                loss.backward()
+                step_loss += float(loss.detach())
+                n = len(x)
+                train_flops += 3 * (n * 2 * n_head + len(sel) * 2 * target.hidden_size * head_rows)
+            torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            run_loss, run_n = run_loss + step_loss * n_pos, run_n + n_pos
+            bar.set_postfix(loss=f"{run_loss / run_n:.3f}")
+        bar.close()
+        head.eval()
+        ev = evaluate(head, target, convs, held_idx, subset, rows)
+        train_s += time.perf_counter() - t0
+        history.append({"epoch": epoch + 1, "train_loss": run_loss / max(run_n, 1), "held_out": ev,
+                        "seconds": time.perf_counter() - t0})
+        print(f"epoch {epoch + 1}: train loss {run_loss / max(run_n, 1):.4f}, held-out top-1 agreement "
+              f"{ev['top1_depth1']:.3f} / {ev['top1_depth2']:.3f} / {ev['top1_depth3']:.3f} (depth 1/2/3)", flush=True)
+        save_atomic({"head": head.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                     "epoch": epoch + 1, "history": json.dumps(history), "train_s": train_s,
+                     "train_flops": train_flops, "rng": torch.get_rng_state(), "options": dict(options)}, state_file)
+
+    final = history[-1]["held_out"] if history else baseline
+    report = {
+        "trainer": "eagle", "model": target.name, "out_dir": str(out), "data_dir": str(data_dir),
+        "data_reused": reused,
+        "data": {"conversations": meta["conversations"], "tokens": meta["tokens"], "answer_tokens": meta["answer_tokens"],
+                 "train_conversations": len(train_idx), "held_out_conversations": len(held_idx),
+                 "generation_wall_s": meta["wall_time_s"]["total"], "generation_flops": meta["flops"]["total"]},
+        "teacher_wall_s": t_teacher, "teacher_flops": sd.forward_flops(target, meta["tokens"], 256),
+        "draft_vocab": options["draft_vocab"], "draft_vocab_coverage_of_answer_tokens": coverage,
+        "epochs": options["epochs"], "optimizer_steps": total_steps, "train_wall_s": train_s, "train_flops": train_flops,
+        "head_params": n_head, "head_share_of_target_params": n_head / target.n_parameters,
+        "held_out": final, "untrained_held_out": baseline, "history": history, "options": options,
+        "wall_s_this_invocation": time.perf_counter() - started, "data_wall_s_this_invocation": t_data,
+    }
+    save_head(head.to(target.dtype), out, target, order, options["draft_vocab"],
+              {"training": {k: report[k] for k in ("epochs", "held_out", "draft_vocab_coverage_of_answer_tokens")}})
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
+    return report

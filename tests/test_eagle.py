@@ -1,0 +1,95 @@
+"""EAGLE: greedy identity with vanilla (tree and chain), lossless sampling through the tree rule,
+bad options as one-line errors, and the trainer end to end on a tiny model."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+import torch
+
+from specharness import selfdistill as sd
+from specharness.distributions import chi_square, exact_sequence_distribution, marginal
+from specharness.engine import generate
+from specharness.errors import UsageError
+from specharness.methods.eagle import drafter as eg
+from specharness.methods.eagle.checkpoint import load_head
+from specharness.methods.vanilla import NoDraft
+from specharness.options import resolve_options
+from specharness.target import TargetModel
+from specharness.verify import greedy, speculative_sampling
+from test_medusa import write_selfdistill_data
+
+
+def options(**kw):
+    return resolve_options("eagle", eg.OPTIONS, {"head": "untrained", "draft_vocab": "0", **{k: str(v) for k, v in kw.items()}})
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return TargetModel.tiny("llama", vocab_size=10, n_layers=3, hidden_size=32, seed=5)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(mode="chain", depth=4), dict(depth=3, top_k=3, total_tokens=8)])
+def test_greedy_identical_to_vanilla(smol, first_questions, kw):
+    prompt = smol.chat_ids([{"role": "user", "content": first_questions[3].turns[0]}])
+    ref = generate(smol, NoDraft(), greedy, prompt, 24).token_ids
+    d = eg.build(smol, options(**kw))
+    g = generate(smol, d, greedy, prompt, 24)
+    assert g.token_ids == ref
+    assert max(r.drafted for r in g.rounds) == d.total and all(r.width == r.drafted + 1 for r in g.rounds[1:])
+
+
+def test_sampling_keeps_the_target_distribution(tiny):
+    torch.set_num_threads(1)
+    d = eg.build(tiny, options(depth=2, top_k=3, total_tokens=5))
+    prompt = [1, 2, 3]
+    exact = marginal(exact_sequence_distribution(tiny, prompt, 3, 1.0), (1, 2))
+    seen, accepted = Counter(), Counter()
+    for seed in range(2500):
+        g = generate(tiny, d, speculative_sampling, prompt, 4, temperature=1.0, seed=seed)
+        seen[tuple(g.token_ids[1:3])] += 1
+        accepted[g.rounds[1].accepted] += 1
+    assert accepted[0] > 100 and accepted[1] + accepted[2] > 100, accepted
+    assert chi_square(seen, exact).p_value > 1e-3
+
+
+@pytest.mark.parametrize("kw, needle", [
+    (dict(depth=0), "outside [1, inf]"), (dict(top_k=0), "outside [1, inf]"), (dict(mode="wide"), "is not one of"),
+])
+def test_bad_options_are_one_line_errors(kw, needle):
+    with pytest.raises(UsageError, match="eagle") as err:
+        options(**kw)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_missing_head_says_how_to_train(tiny, tmp_path):
+    with pytest.raises(UsageError, match="not a directory") as err:
+        eg.build(tiny, options(head=str(tmp_path / "none")))
+    assert "\n" not in str(err.value)
+    with pytest.raises(UsageError, match="train eagle"):
+        eg.build(tiny, resolve_options("eagle", eg.OPTIONS, {}))
+
+
+def test_trainer_learns_saves_and_loads(tiny, tmp_path):
+    from specharness.methods.eagle import train as et
+    data = tmp_path / "data"
+    opts = resolve_options("eagle", et.OPTIONS, {"conversations": "24", "max_answer_tokens": "16", "epochs": "3",
+                                                 "seqs_per_step": "4", "topk": "4", "draft_vocab": "8",
+                                                 "held_out": "0.25", "data": str(data), "lr": "0.01"})
+    write_selfdistill_data(tiny, data, sd.recipe(opts), n_rows=24, answer=16)
+    report = et.run(tiny, opts, tmp_path / "head", False)
+    ho = report["held_out"]
+    assert 0 <= ho["top1_depth1"] <= 1 and ho["positions"] > 0
+    assert ho["feature_loss"] < report["untrained_held_out"]["feature_loss"]  # it learned the features
+    assert len(report["history"]) == 3 and report["train_flops"] > 0 and report["head_params"] > 0
+    saved = json.loads((tmp_path / "head" / "report.json").read_text())
+    assert saved["epochs"] == 3
+    head, rows = load_head(tmp_path / "head", tiny)
+    assert rows is not None and rows.numel() == 8
+    d = eg.build(tiny, resolve_options("eagle", eg.OPTIONS, {"head": str(tmp_path / "head")}))
+    ref = generate(tiny, NoDraft(), greedy, [1, 2, 3], 16).token_ids
+    assert generate(tiny, d, greedy, [1, 2, 3], 16).token_ids == ref
+    with pytest.raises(UsageError, match="already holds"):
+        et.run(tiny, opts, tmp_path / "head", False)
