@@ -1,0 +1,88 @@
+"""``recycling``: Token Recycling (Luo et al., arXiv:2408.08696): no training, no extra weights.
+
+An adjacency matrix holds each token's ``top_k`` most likely successors, read off the target's
+logits: every round, the rows of every token the target just verified (the current token and all
+drafted nodes, accepted or not) are refreshed from its logits at that node. Drafting walks a
+static tree template from the current token: a node at rank r under a parent with token x takes
+x's r-th successor; nodes whose parent row is still empty are left out. The matrix starts empty for
+each question (``warm=false``, the default) or is kept across questions (``warm=true``: then the
+question order matters, and the header says so). Drafts are deterministic; sampling verifies them
+as point masses (lossless).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specharness.engine import DecodeState, Proposal, Verified
+from specharness.hookspecs import DrafterSpec, hookimpl
+from specharness.options import OptionSpec
+
+# the template: paths of successor ranks, most likely first (breadth on the first levels, depth on
+# the top-ranked branch), as in the paper's static tree, cut to the widths this engine verifies cheaply
+TEMPLATE = ((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1), (2, 0), (0, 1, 0), (1, 0, 0),
+            (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 0, 0, 0), (0, 0, 0, 0, 0, 0), (3,), (0, 2), (1, 1), (0, 0, 2),
+            (0, 0, 0, 0, 1), (0, 0, 0, 0, 0, 0, 0), (4,), (2, 1), (0, 1, 1), (1, 0, 0, 0), (0, 0, 1, 0),
+            (0, 1, 0, 0), (0, 0, 0, 1, 0), (0, 0, 0, 0, 0, 1), (0, 0, 0, 0, 0, 0, 0, 0), (5,))
+
+OPTIONS = [
+    OptionSpec("top_k", "int", 8, "successors kept per token (the matrix's width)", min=1),
+    OptionSpec("nodes", "int", 7, "nodes of the static tree drafted per round (the first of its template: "
+               "7 + the current token = 8 positions, one compiled width bucket)", min=1, max=len(TEMPLATE)),
+    OptionSpec("warm", "bool", False, "keep the matrix across questions (false: reset for each question)"),
+]
+
+
+class TokenRecycling:
+    exit_layer = 0
+
+    def __init__(self, target, top_k: int, nodes: int, warm: bool) -> None:
+        self.k, self.warm = top_k, warm
+        paths = [p for p in TEMPLATE[:nodes] if max(p) < top_k]
+        paths.sort(key=len)
+        where = {p: i for i, p in enumerate(paths)}
+        self.paths = paths
+        self.parents = [0 if len(p) == 1 else where[p[:-1]] + 1 for p in paths]
+        self.max_width = len(paths) + 1
+        self.matrix = torch.full((target.vocab_size, top_k), -1, dtype=torch.long)
+
+    def begin(self, state: DecodeState, prefill_hidden) -> None:
+        if not self.warm:
+            self.matrix.fill_(-1)
+
+    def propose(self, state: DecodeState) -> Proposal:
+        depth = state.max_draft
+        if depth <= 0:
+            return Proposal()
+        rows = self.matrix
+        token_of = {(): state.ids[-1]}
+        tokens, parents, index = [], [], {(): 0}
+        for p, parent in zip(self.paths, self.parents):
+            up = p[:-1]
+            if len(p) > depth or up not in index:
+                continue
+            nxt = int(rows[token_of[up], p[-1]])
+            if nxt < 0:
+                continue
+            token_of[p] = nxt
+            parents.append(index[up])
+            tokens.append(nxt)
+            index[p] = len(tokens)
+        return Proposal(tokens, parents=parents) if tokens else Proposal()
+
+    def commit(self, state: DecodeState, verified: Verified) -> None:
+        nodes = torch.tensor(verified.tree_tokens)
+        self.matrix[nodes] = verified.tree_logits.topk(self.k, dim=-1).indices.cpu()
+
+
+def build(target, options: dict) -> TokenRecycling:
+    return TokenRecycling(target, options["top_k"], options["nodes"], options["warm"])
+
+
+@hookimpl
+def specharness_drafters() -> list[DrafterSpec]:
+    return [DrafterSpec("recycling", build, OPTIONS, params=lambda target, options: 0,
+                        info=lambda target, options: {"matrix": "warm across questions" if options["warm"]
+                                                      else "reset per question"},
+                        help="Token Recycling: each token's top-k successors from the verify logits, drafted "
+                             "along a static tree; no training")]
