@@ -52,6 +52,7 @@ class QuestionResult:
     truncated: list[bool] = field(default_factory=list)
     seed: int = 0
     wall_time_repeats: list[list[float]] = field(default_factory=list)  # per turn, every timed repeat
+    worker: dict | None = None  # the hardware that ran it: node, device, threads
 
 
 # ---- reading ---------------------------------------------------------------------------------------
@@ -99,6 +100,7 @@ class QuestionRecord:
     stop: list[str] = field(default_factory=list)
     truncated: list[bool] = field(default_factory=list)
     seed: int = 0
+    worker: dict | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "QuestionRecord":
@@ -106,7 +108,7 @@ class QuestionRecord:
         return cls(d["question_id"], d.get("subtask", d.get("category", "")), d.get("category", ""),
                    d.get("method", ""), ch.get("turns", []), ch.get("token_ids", []), ch["new_tokens"],
                    ch["wall_time"], ch.get("wall_time_repeats") or [], [TurnRounds.from_json(t) for t in ch["rounds"]],
-                   ch.get("stop", []), d.get("truncated", []), d.get("seed", 0))
+                   ch.get("stop", []), d.get("truncated", []), d.get("seed", 0), d.get("worker"))
 
     @property
     def tokens(self) -> int:

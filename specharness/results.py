@@ -117,6 +117,7 @@ def question_record(result: QuestionResult, meta: dict[str, Any]) -> dict[str, A
         }],
         "truncated": result.truncated,
         "seed": result.seed,
+        **({"worker": result.worker} if result.worker else {}),
         "tstamp": time.time(),
     }
 

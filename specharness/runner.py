@@ -152,29 +152,43 @@ def warm_up(target: TargetModel, methods: list[Method], questions: list[Question
             "graphs": len(target.backend.graphs), "graphs_compiled_after_warmup_runs": graphs}
 
 
+def run_interleaved(target: TargetModel, methods: list[Method], q: Question, qi: int, s: Settings,
+                    on_round: RoundObserver | None = None) -> list[QuestionResult]:
+    """One question under every given method: ``s.repeats`` timed repeats, the method order rotating
+    with the question's index ``qi`` and the repeat (A B C, B C A, ...); each result keeps every
+    repeat's time and the median as its wall time. The unit of work, locally or on a worker."""
+    kept: dict[str, QuestionResult] = {}
+    for r in range(s.repeats):
+        shift = (qi + r) % len(methods)
+        for m in methods[shift:] + methods[:shift]:
+            res = run_question(target, m, q, s, on_round if r == 0 else None)
+            first = kept.setdefault(m.label, res)
+            if first is not res:
+                if [g.token_ids for g in res.generations] != [g.token_ids for g in first.generations]:
+                    raise RuntimeError(f"{m.label} gave different tokens on repeat {r + 1} of question "
+                                       f"{q.question_id}: the method is not deterministic for a seed")
+                for times, g in zip(first.wall_time_repeats, res.generations):
+                    times.append(g.wall_time)
+    for res in kept.values():
+        for times, g in zip(res.wall_time_repeats, res.generations):
+            g.wall_time = statistics.median(times)
+    return [kept[m.label] for m in methods]
+
+
+def pending(methods: list[Method], questions: list[Question], done: dict[str, set]) -> list[tuple[int, Question, list[Method]]]:
+    """(index, question, methods still to run on it) for every question with work left."""
+    out = []
+    for qi, q in enumerate(questions):
+        todo = [m for m in methods if q.question_id not in done.get(m.label, set())]
+        if todo:
+            out.append((qi, q, todo))
+    return out
+
+
 def run_all(target: TargetModel, methods: list[Method], questions: list[Question], s: Settings,
             done: dict[str, set], on_result: Callable[[QuestionResult], None],
             on_round: RoundObserver | None = None) -> None:
-    """Every pending question under every method, repeats in rotating order, results as they finish
-    (call ``warm_up`` first)."""
-    for qi, q in enumerate(questions):
-        todo = [m for m in methods if q.question_id not in done.get(m.label, set())]
-        if not todo:
-            continue
-        kept: dict[str, QuestionResult] = {}
-        for r in range(s.repeats):
-            shift = (qi + r) % len(todo)
-            for m in todo[shift:] + todo[:shift]:
-                res = run_question(target, m, q, s, on_round if r == 0 else None)
-                first = kept.setdefault(m.label, res)
-                if first is not res:
-                    if [g.token_ids for g in res.generations] != [g.token_ids for g in first.generations]:
-                        raise RuntimeError(f"{m.label} gave different tokens on repeat {r + 1} of question "
-                                           f"{q.question_id}: the method is not deterministic for a seed")
-                    for times, g in zip(first.wall_time_repeats, res.generations):
-                        times.append(g.wall_time)
-        for m in todo:
-            res = kept[m.label]
-            for times, g in zip(res.wall_time_repeats, res.generations):
-                g.wall_time = statistics.median(times)
+    """Every pending question under every method, results as they finish (call ``warm_up`` first)."""
+    for qi, q, todo in pending(methods, questions, done):
+        for res in run_interleaved(target, todo, q, qi, s, on_round):
             on_result(res)

@@ -68,8 +68,16 @@ def table1(runs: list[Run]) -> list[Section]:
 
 
 def identity(runs: list[Run]) -> list[Section]:
-    """Greedy files against their vanilla baseline, turn by turn: lossless is checked, not assumed."""
+    """Greedy files against their vanilla baseline, turn by turn: lossless is checked, not assumed.
+    Where ``lossless --certify`` has been run on the directory, each divergence is shown as a
+    certified near-tie or a bug."""
+    import json
     rows, data = [], {}
+    certified: dict = {}
+    for d in {r.path.parent for r in runs}:
+        f = d / "identity_certified.json"
+        if f.is_file():
+            certified.update(json.loads(f.read_text()))
     for r in sorted(runs, key=lambda r: r.label):
         if r.is_vanilla or r.baseline is None or r.temperature != 0:
             continue
@@ -83,13 +91,18 @@ def identity(runs: list[Run]) -> list[Section]:
                     if first is None:
                         j = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
                         first = f"question {q.question_id} turn {t + 1} token {j}"
-        rows.append([r.label, str(turns), str(turns - differ), first or "-"])
-        data[r.label] = {"turns": turns, "identical": turns - differ, "first_difference": first}
+        c = certified.get(r.label)
+        cert = [str(c["near_tie"]), str(c["bug"])] if c else ["-", "-"]
+        rows.append([r.label, str(turns), str(turns - differ), *cert, first or "-"])
+        data[r.label] = {"turns": turns, "identical": turns - differ, "first_difference": first, "certified": c}
     if not rows:
         return [Note("greedy identity table skipped: no greedy file with a vanilla baseline")]
     caption = ("Greedy outputs against vanilla's on the same questions, turn by turn (token ids). A "
-               "difference is a bug unless `specharness lossless` shows a float near-tie at that token.")
-    return [Table("identity", "Greedy identity.", caption, ["File", "Turns", "Identical", "First difference"],
+               "difference is a bug unless certified a float near-tie: `specharness lossless --certify DIR` "
+               "checks the target's top-2 logit margin at each first differing token (near-ties / bugs columns; "
+               "'-' = not certified).")
+    return [Table("identity", "Greedy identity.", caption,
+                  ["File", "Turns", "Identical", "Near-ties (certified)", "Bugs (certified)", "First difference"],
                   rows, data)]
 
 
@@ -242,4 +255,25 @@ def cost_model_profile(runs: list[Run], profile) -> list[Section]:
                "bookkeeping) and each file's own rounds (draft sizes, widths, contexts), beside the measured one. "
                "‡ more than 10% apart.")
     return [Table("cost_model_profile", "Cost model (profile).", caption, header, rows, data)]
+
+
+def hardware(runs: list[Run]) -> list[Section]:
+    """Which hardware measured each file (result records name it); a file that mixes hardware is
+    warned about, and its throughput shown per hardware group."""
+    rows, notes = [], []
+    for r in sorted(runs, key=lambda r: r.label):
+        groups: dict[str, list] = {}
+        for q in r.records:
+            w = q.worker or {}
+            key = f"{w.get('node', '?')} / {w.get('device', '?')} / {w.get('threads', '?')} threads" if w else "not recorded"
+            groups.setdefault(key, []).append(q)
+        if len(groups) > 1:
+            notes.append(Note(f"{r.label} mixes hardware ({len(groups)} kinds): its speedups pair each question with "
+                              "vanilla on the same worker only if the baseline file ran there too; see hardware.md"))
+        for key, recs in groups.items():
+            rows.append([r.label, key, str(len(recs)), f"{metrics.throughput(recs):.2f}"])
+    if not rows or all(row[1] == "not recorded" for row in rows):
+        return []
+    caption = "The hardware behind every file (node / device / threads), with each group's questions and tokens/s."
+    return [*notes, Table("hardware", "Hardware.", caption, ["File", "Hardware", "Questions", "Tokens/s"], rows)]
 
