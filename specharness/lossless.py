@@ -44,6 +44,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -143,10 +144,15 @@ def top2_margin(target, ids: list[int]) -> tuple[float, int, int]:
     return float(top.values[0] - top.values[1]), int(top.indices[0]), int(top.indices[1])
 
 
-def classify(margin: float, tolerance: float, method_token: int | None, top1: int, top2: int) -> str:
+def classify(margin: float, tolerance: float, method_token: int | None, top1: int, top2: int,
+             vanilla_token: int | None = None) -> str:
     """A divergence is a near-tie only when the target barely prefers its top-1 over its top-2 and
-    the method picked exactly that runner-up; any other divergence is a bug."""
-    return "near-tie" if margin < tolerance and method_token == top2 and method_token != top1 else "bug"
+    the two outputs took exactly those two tokens (which one each took may flip with the kernel);
+    any other divergence is a bug."""
+    pair = {top1, top2}
+    vanilla_ok = vanilla_token is None or vanilla_token in pair
+    return ("near-tie" if margin < tolerance and method_token in pair and vanilla_ok and method_token != vanilla_token
+            and (vanilla_token is not None or method_token == top2) else "bug")
 
 
 def greedy_check(target, method, vanilla, questions, max_new_tokens: int, tolerance: float,
@@ -178,12 +184,68 @@ def _divergence(target, q, turn: int, ids: list[int], v: list[int], m: list[int]
     pos = next((i for i, (a, b) in enumerate(zip(v, m)) if a != b), min(len(v), len(m)))
     margin, top1, top2 = top2_margin(target, ids + v[:pos])
     mt = m[pos] if pos < len(m) else None
-    mm = Mismatch(q.question_id, q.subtask, turn, pos, v[pos] if pos < len(v) else None, mt, margin, top2,
-                  classify(margin, tolerance, mt, top1, top2))
+    vt = v[pos] if pos < len(v) else None
+    mm = Mismatch(q.question_id, q.subtask, turn, pos, vt, mt, margin, top2, classify(margin, tolerance, mt, top1, top2, vt))
     log(f"  MISMATCH question {q.question_id} ({q.subtask}) turn {turn + 1}: first divergence at generated "
         f"position {pos}: vanilla {mm.vanilla_token}, method {mt}; target top-2 margin {margin:.3g} "
         f"(tolerance {tolerance:g}) -> {mm.kind.upper()}")
     return mm
+
+
+def certify(directory: Path, bench_file: str | None = None, log=print) -> dict:
+    """Every greedy result file in ``directory`` against its vanilla baseline, turn by turn, as the
+    benchmark ran them: each divergence is certified a near-tie (the target's top-2 logit margin at
+    the first differing token is under the dtype's tolerance, and the two outputs took those two
+    tokens) or called a bug. Turns after a divergent one are not compared (their prompts differ).
+    Loads the target in each file's dtype and compile mode; writes ``identity_certified.json``,
+    which ``report`` shows in its identity table."""
+    from .report.runs import select_runs
+    from .target import TargetModel
+    from .tasks.specbench import find_question_file, load_questions, sha256_of
+    runs = select_runs([directory])
+    out, targets = {}, {}
+    for r in sorted(runs, key=lambda r: r.label):
+        if r.is_vanilla or r.baseline is None or r.temperature != 0:
+            continue
+        meta = r.meta
+        key = (meta.get("model_source") or meta["model"], meta.get("dtype", "float32"), meta.get("compile") or "none")
+        if key not in targets:  # eager: a margin is read off one forward over the prefix in the run's dtype
+            targets[key] = TargetModel.load(key[0], key[1], meta.get("device", "cpu"))
+        target = targets[key]
+        origin = meta.get("question_source")
+        qfile = Path(bench_file or meta["question_file"]) if origin not in ("sample", "spec-bench") else \
+            find_question_file(bench=origin).path
+        if not qfile.is_file():
+            raise UsageError(f"certify needs the questions {r.path.name} ran on: '{qfile}' is missing; pass --bench-file")
+        if meta.get("questions_sha256") and sha256_of(qfile) != meta["questions_sha256"]:
+            raise UsageError(f"'{qfile}' is not the question file {r.path.name} ran on (sha256 differs); pass the "
+                             "right one with --bench-file")
+        questions = {q.question_id: q for q in load_questions(qfile)}
+        tol = TOLERANCES.get(key[1], 1e-4)
+        base = {v.question_id: v for v in r.baseline.records}
+        res = {"turns": 0, "identical": 0, "near_tie": 0, "bug": 0, "not_compared": 0, "tolerance": tol, "mismatches": []}
+        for rec in r.records:
+            v, q = base.get(rec.question_id), questions.get(rec.question_id)
+            if v is None or q is None:
+                continue
+            messages: list[dict] = []
+            for t, (a, b) in enumerate(zip(v.token_ids, rec.token_ids)):
+                messages.append({"role": "user", "content": q.turns[t]})
+                res["turns"] += 1
+                if a != b:
+                    ids = prompt_ids(target, messages, meta["max_new_tokens"])[0]
+                    mm = _divergence(target, q, t, ids, a, b, tol, log)
+                    res["near_tie" if mm.kind == "near-tie" else "bug"] += 1
+                    res["mismatches"].append(asdict(mm))
+                    res["not_compared"] += len(v.token_ids) - t - 1
+                    break
+                res["identical"] += 1
+                messages.append({"role": "assistant", "content": v.turns[t]})
+        out[r.label] = res
+        log(f"certify {r.label}: {res['identical']}/{res['turns']} turns identical, {res['near_tie']} near-tie(s), "
+            f"{res['bug']} bug(s), {res['not_compared']} later turn(s) not compared")
+    (directory / "identity_certified.json").write_text(json.dumps(out, indent=1, default=str))
+    return out
 
 
 # ---- the levels ------------------------------------------------------------------------------------
@@ -292,7 +354,10 @@ def add_lossless_parser(subparsers) -> None:
                     "generations, so rejections happen at the 2nd draft of a round or later; (b) on the real "
                     "model, first token and second given first. Exits 1 on a failure.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--method", required=True, help="method to check (see 'specharness list')")
+    p.add_argument("--method", default=None, help="method to check (see 'specharness list')")
+    p.add_argument("--certify", default=None, metavar="RESULT_DIR",
+                   help="instead: certify every greedy divergence in a benchmark's result files (near-tie or "
+                        "bug, by the target's top-2 margin) and write identity_certified.json for the report")
     p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE", help="method option")
     p.add_argument("--tiny-option", action="append", default=[], metavar="KEY=VALUE",
                    help="method option for levels (a) and (c) only, on the tiny model; the method's own tiny "
@@ -414,6 +479,17 @@ def _tiny_level(args, registry, level: str, verifier: str | None, progress: bool
 
 def cmd_lossless(args) -> int:
     import torch
+    if args.certify:
+        if not Path(args.certify).is_dir():
+            raise UsageError(f"--certify: '{args.certify}' is not a directory of result files")
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        results = certify(Path(args.certify), args.bench_file)
+        bugs = sum(r["bug"] for r in results.values())
+        print(f"certify: {len(results)} file(s), {bugs} bug(s) -> {'FAIL' if bugs else 'PASS'}")
+        return 1 if bugs else 0
+    if not args.method:
+        raise UsageError("lossless needs --method NAME (or --certify RESULT_DIR)")
 
     from .plugins import build_registry
     from .target import TargetModel

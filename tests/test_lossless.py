@@ -205,3 +205,32 @@ def test_level_b_caps_its_sample_size_and_says_so():
     t = TargetModel.tiny("qwen2", vocab_size=4096, n_layers=2, hidden_size=32, n_heads=4, n_kv_heads=2, seed=1)
     r = lossless.level_b(_method(t, "vanilla", None, 1.0), t, [1, 2, 3], 1.0, None, 0.2, 0.01, 5, max_samples=300)
     assert r["capped"] and r["samples"] == 300 < r["samples_for_power"] and r["power_first_token"] < 0.9
+
+
+def test_classify_takes_either_order_of_the_top_two():
+    """Kernels may flip a near-tie either way: the pair of tokens is what must match."""
+    assert lossless.classify(1e-5, 1e-4, method_token=3, top1=3, top2=7, vanilla_token=7) == "near-tie"
+    assert lossless.classify(1e-5, 1e-4, method_token=7, top1=3, top2=7, vanilla_token=3) == "near-tie"
+    assert lossless.classify(1e-5, 1e-4, method_token=9, top1=3, top2=7, vanilla_token=3) == "bug"
+    assert lossless.classify(0.5, 1e-4, method_token=7, top1=3, top2=7, vanilla_token=3) == "bug"
+
+
+def test_certify_finds_a_changed_token_in_benchmark_files(tmp_path, capsys):
+    from specharness.cli import main
+    from test_cli import plugin_example
+    out = tmp_path / "bench"
+    assert main(["compare", "--plugin", str(plugin_example(tmp_path)), "--methods", "vanilla,prompt-lookup",
+                 "--subtasks", "summarization,qa", "--limit", "1", "--max-new-tokens", "12", "--warmup", "0",
+                 "--repeats", "1", "--out-dir", str(out)]) == 0
+    path = next(out.glob("prompt-lookup-*.jsonl"))
+    lines = path.read_text().splitlines()
+    rec = json.loads(lines[0])
+    rec["choices"][0]["token_ids"][0][3] += 1  # a token the target never chose there
+    path.write_text("\n".join([json.dumps(rec), *lines[1:]]) + "\n")
+    assert main(["lossless", "--certify", str(out)]) == 1
+    cert = json.loads((out / "identity_certified.json").read_text())["prompt-lookup"]
+    assert cert["bug"] == 1 and cert["near_tie"] == 0 and cert["identical"] == cert["turns"] - 1
+    assert cert["mismatches"][0]["position"] == 3
+    assert main(["report", str(out), "--out", str(tmp_path / "report")]) == 0
+    identity = json.loads((tmp_path / "report" / "report.json").read_text())["identity"]["prompt-lookup"]
+    assert identity["certified"]["bug"] == 1
