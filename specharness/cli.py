@@ -100,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("-o", "--option", action="append", default=[], metavar="METHOD.KEY=VALUE",
                       help="option of one method, repeatable, e.g. -o kangaroo.eta=0.4")
     cmp_.add_argument("--out-dir", default=None, help="directory for the result files (default: results/runs/<model>/)")
+    g = cmp_.add_argument_group("executor")
+    g.add_argument("--executor", default="local", choices=("local", "ray"),
+                   help="where questions run: here, or on Ray workers (pip install \".[ray]\"); each question goes to "
+                        "one worker with all its methods, and only this process writes (default: %(default)s)")
+    g.add_argument("--address", default=None, help="Ray cluster address (e.g. auto; default: a new local cluster)")
+    g.add_argument("--workers", type=int, default=None, help="Ray workers (each reserves --threads CPUs or one GPU)")
     _common_model_args(cmp_)
     _decode_args(cmp_)
 
@@ -179,7 +185,9 @@ def cmd_run(args, methods_arg: list[str]) -> int:
     from .options import resolve_options
     from .plugins import build_registry
     from .results import ResultWriter, check_writable, provenance
-    from .runner import Settings, build_method, check_settings, resolve_verifier, run_all, warm_up
+    from .executors import RunSpec, check_executor_args, hardware, run_on_ray
+    from .runner import Settings, build_method, check_settings, pending, resolve_verifier, run_all, warm_up
+    from .tasks.specbench import Question
     from .summary import print_summary
     from .timing import instrumentation_cost_s
     from .tasks.specbench import describe_selection, find_question_file, load_questions, parse_subtasks, select, \
@@ -187,6 +195,7 @@ def cmd_run(args, methods_arg: list[str]) -> int:
 
     settings = Settings(args.max_new_tokens, args.temperature, args.seed, args.repeats, args.warmup)
     check_settings(settings)
+    check_executor_args(getattr(args, "executor", "local"), getattr(args, "workers", None), getattr(args, "address", None))
     _check_threads(args.threads)
     registry = build_registry(args.plugin)
     if len(set(methods_arg)) != len(methods_arg):
@@ -261,9 +270,9 @@ def cmd_run(args, methods_arg: list[str]) -> int:
     done = {name: w.done for name, w in writers.items()}
     for line in describe_selection(source, available, subtasks, args.limit):
         print(line, file=sys.stderr)
-    pending = sum(q.question_id not in done[m.label] for q in questions for m in methods)
+    n_pending = sum(q.question_id not in done[m.label] for q in questions for m in methods)
 
-    bar = tqdm(total=pending, unit="answer", desc=",".join(m.label for m in methods), dynamic_ncols=True)
+    bar = tqdm(total=n_pending, unit="answer", desc=",".join(m.label for m in methods), dynamic_ncols=True)
     stats: dict[str, Any] = {"truncated": 0}
 
     class Observer:  # the result writer and the progress bar are observers like any other
@@ -282,17 +291,39 @@ def cmd_run(args, methods_arg: list[str]) -> int:
     on_round = ((lambda rd, ctx: hook.specharness_round(record=rd, context=ctx)) if _has_round_observers(registry)
                 else None)
     cost = instrumentation_cost_s(args.device)
+    executor = getattr(args, "executor", "local")
+    here = hardware(args.device, threads)
+
+    def on_result(result) -> None:
+        result.worker = result.worker or here
+        hook.specharness_question_done(result=result)
+
+    graphs_before = 0
     try:
-        warm = warm_up(target, methods, questions, settings)
-        if target.backend.compiled:
-            print(f"engine: {target.engine['dtype']} compiled ({target.engine['compile']}): {warm['graphs']} graphs, "
-                  f"{warm['compile_s']:.0f} s compiling in warm-up (not timed)", file=sys.stderr)
-        for w in writers.values():
-            w.update_meta(instrumentation_s_per_round=cost, warmup=warm)
-        graphs_before = len(target.backend.graphs)
-        run_all(target, methods, questions, settings, done,
-                on_result=lambda r: hook.specharness_question_done(result=r),
-                on_round=on_round)
+        if executor == "ray":
+            spec = RunSpec(args.model, args.device, target.engine["dtype"], target.engine["compile"], threads,
+                           list(args.plugin), {m.label: variants[m.label] if m.label in variants else ("vanilla", [])
+                                               for m in methods}, args.verifier, settings,
+                           Question("warmup", "qa", "qa", questions[0].turns[:1]) if settings.warmup and questions
+                           else None)
+            items = [(qi, q, [m.label for m in todo]) for qi, q, todo in pending(methods, questions, done)]
+            workers = args.workers or 1
+            print(f"executor: ray, {workers} worker(s) x {threads} thread(s); each loads the model once and warms "
+                  "up untimed", file=sys.stderr)
+            info = run_on_ray(spec, items, on_result, args.address, workers,
+                              progress=lambda text: print(f"\n{text}", file=sys.stderr))
+            for w in writers.values():
+                w.update_meta(instrumentation_s_per_round=cost, executor={"name": "ray", "workers": workers,
+                                                                          "address": args.address, **info})
+        else:
+            warm = warm_up(target, methods, questions, settings)
+            if target.backend.compiled:
+                print(f"engine: {target.engine['dtype']} compiled ({target.engine['compile']}): {warm['graphs']} "
+                      f"graphs, {warm['compile_s']:.0f} s compiling in warm-up (not timed)", file=sys.stderr)
+            for w in writers.values():
+                w.update_meta(instrumentation_s_per_round=cost, warmup=warm, executor={"name": "local"})
+            graphs_before = len(target.backend.graphs)
+            run_all(target, methods, questions, settings, done, on_result=on_result, on_round=on_round)
     except KeyboardInterrupt:
         bar.close()
         for w in writers.values():
@@ -304,7 +335,7 @@ def cmd_run(args, methods_arg: list[str]) -> int:
     finally:
         registry.pm.unregister(observer)
     bar.close()
-    late = len(target.backend.graphs) - graphs_before
+    late = len(target.backend.graphs) - graphs_before if executor == "local" else 0
     for w in writers.values():
         if late:  # a graph compiled while timing: its question's time includes compiling
             w.update_meta(graphs_compiled_while_timing=late)

@@ -13,11 +13,14 @@ not hold are left out.
 from __future__ import annotations
 
 import json
+import statistics
 from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
 
 from .records import QuestionRecord
+
+DEFAULT_BUCKETS = (1, 8, 16, 32, 64)  # a profile that does not say which buckets it ran with
 
 
 @dataclass
@@ -33,16 +36,24 @@ class Profile:
                     None)
 
     @staticmethod
-    def _by_width(row: dict[str, float], width: int, padded: bool) -> float:
+    def _by_width(row: dict[str, float], width: int, padded: bool, buckets=DEFAULT_BUCKETS) -> float:
+        """ms at ``width``: a compiled engine pads to its bucket, so every width of a bucket costs the
+        same (the median of the bucket's measured widths); eager, linear between measured widths."""
         ws = sorted(int(w) for w in row)
+        if padded and width <= buckets[-1]:
+            bucket = next(b for b in buckets if b >= width)
+            lower = max([b for b in buckets if b < bucket], default=0)
+            same = [row[str(w)] for w in ws if lower < w <= bucket]
+            if same:
+                return statistics.median(same)
         if width in ws:
             return row[str(width)]
         i = bisect_left(ws, width)
         if i == len(ws):  # past the widest measured: linear from the last two
             (w0, w1) = ws[-2:]
             return row[str(w1)] + (row[str(w1)] - row[str(w0)]) * (width - w1) / (w1 - w0)
-        if padded or i == 0:  # a compiled engine pads to the next measured bucket
-            return row[str(ws[i])]
+        if i == 0:
+            return row[str(ws[0])]
         w0, w1 = ws[i - 1], ws[i]
         return row[str(w0)] + (row[str(w1)] - row[str(w0)]) * (width - w0) / (w1 - w0)
 
@@ -50,7 +61,8 @@ class Profile:
         """ms of one forward over ``width`` positions after ``context`` cached ones."""
         padded = cfg["compile"] != "none"
         ctxs = sorted(int(c) for c in cfg["by_width"])
-        vals = [self._by_width(cfg["by_width"][str(c)], width, padded) for c in ctxs]
+        buckets = tuple(self.data.get("width_buckets") or DEFAULT_BUCKETS)
+        vals = [self._by_width(cfg["by_width"][str(c)], width, padded, buckets) for c in ctxs]
         if len(ctxs) == 1:
             return vals[0]
         (c0, c1), (v0, v1) = ctxs[:2], vals[:2]

@@ -34,11 +34,12 @@ from .metrics import fit_line
 from .plugins import build_registry
 from .report.figures import style
 from .runner import build_method
-from .target import TargetModel
+from .target import WIDTH_BUCKETS, TargetModel
 
 WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64)
 CONTEXTS = (256, 1024)
 PREFILLS = (64, 256, 512)
+PROFILE_PROMPT = "Explain in a few sentences why the sky is blue."
 
 
 def bandwidth_gbs(mb: int = 540, repeats: int = 7) -> float:
@@ -125,6 +126,7 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
     log(f"profile: read bandwidth {gbs:.1f} GB/s")
     result = {"model": model, "device": device, "threads": threads, "cpu": kernels.cpu_name(),
               "torch": torch.__version__, "bandwidth_gbs": gbs, "configs": [], "hf_generate": {},
+              "width_buckets": list(WIDTH_BUCKETS),
               "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "command": "python -m specharness " + " ".join(sys.argv[1:])}
     rooflines = {}
@@ -163,7 +165,7 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
     if drafters:
         target = TargetModel.load(model, best["dtype"], device)
         kernels.apply(target, best["compile"])
-        prompt = target.chat_ids([{"role": "user", "content": "Explain in a few sentences why the sky is blue."}])
+        prompt = target.chat_ids([{"role": "user", "content": PROFILE_PROMPT}])
         result["drafters"] = drafter_costs(target, registry, prompt, log=log)
         result["drafters_config"] = dict(result["chosen"])
     out.mkdir(parents=True, exist_ok=True)
@@ -233,6 +235,8 @@ def add_profile_parser(subparsers) -> None:
     p.add_argument("--widths", default=",".join(map(str, WIDTHS)))
     p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
     p.add_argument("--no-drafters", action="store_true", help="skip the drafters' step costs")
+    p.add_argument("--drafters-only", action="store_true",
+                   help="measure only the drafters' step costs, into the profile already in --out (after training one)")
     p.add_argument("--out", default="results/profile", help="output directory (default: %(default)s)")
 
 
@@ -248,6 +252,23 @@ def cmd_profile(args, threads: int) -> int:
             raise UsageError(f"--configs: '{'/'.join(c)}' is not DTYPE/MODE (e.g. bfloat16/default)")
     if not widths or min(widths) < 1 or not contexts or min(contexts) < 1:
         raise UsageError("--widths and --contexts must be positive")
+    if args.drafters_only:
+        path = Path(args.out) / "profile.json"
+        if not path.is_file():
+            raise UsageError(f"--drafters-only updates a profile: '{path}' does not exist; run profile first")
+        result = json.loads(path.read_text())
+        dtype, mode = result["chosen"]["dtype"], result["chosen"]["compile"]
+        target = TargetModel.load(args.model, dtype, args.device)
+        kernels.apply(target, mode)
+        prompt = target.chat_ids([{"role": "user", "content": PROFILE_PROMPT}])
+        log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+        result["drafters"] = drafter_costs(target, build_registry(), prompt, log=log)
+        result["drafters_config"] = {"dtype": dtype, "compile": mode}
+        result["drafters_command"] = "python -m specharness " + " ".join(sys.argv[1:])
+        path.write_text(json.dumps(result, indent=1))
+        (Path(args.out) / "profile.md").write_text(markdown(result))
+        print(f"updated the drafters of {path}")
+        return 0
     run_profile(args.model, args.device, threads, configs, widths, contexts, Path(args.out),
                 not args.no_drafters, log=lambda s: print(s, file=sys.stderr, flush=True))
     print(f"wrote {args.out}/profile.json, profile.md, profile.png")

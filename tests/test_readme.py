@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 SHRINK = {
     "run": ["--limit", "1", "--subtasks", "qa", "--max-new-tokens", "4", "--repeats", "1", "--warmup", "0"],
-    "compare": ["--limit", "1", "--subtasks", "qa", "--max-new-tokens", "4", "--repeats", "1", "--warmup", "0"],
+    "compare": ["--limit", "1", "--subtasks", "qa", "--max-new-tokens", "4", "--repeats", "1", "--warmup", "0",
+                "--threads", "1"],
     "lossless": ["--subtasks", "qa", "--max-new-tokens", "8", "--samples-a", "300", "--samples-b", "100",
                  "--samples-c", "800", "--quiet"],
     "train": ["-o", "conversations=8", "-o", "max_answer_tokens=8", "-o", "epochs=1"],
@@ -69,6 +70,8 @@ def _argv(command: str, i: int, workdir: Path) -> list[str]:
     argv = shlex.split(command)
     sub = argv[0]
     extra = list(SHRINK.get(sub, []))
+    if "--workers" in argv:
+        extra += ["--workers", "1"]
     if sub == "report":  # committed result directories are read where they are; tables go to the work dir
         argv = [a if a.startswith("-") or (workdir / a).exists() or not (ROOT / a).exists() else str(ROOT / a)
                 for a in argv]
@@ -79,6 +82,9 @@ def _argv(command: str, i: int, workdir: Path) -> list[str]:
 @pytest.mark.parametrize("i", range(len(COMMANDS)), ids=[c[:60] for c in COMMANDS])
 def test_readme_command_runs_as_written(i, workdir, monkeypatch):
     monkeypatch.chdir(workdir)
+    if "--executor ray" in COMMANDS[i]:  # the cluster '--address auto' finds: a local one, started here
+        ray = pytest.importorskip("ray")
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     threads = torch.get_num_threads()
     try:
         rc = main(_argv(COMMANDS[i], i, workdir))
