@@ -23,8 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 SHRINK = {
     "run": ["--limit", "1", "--subtasks", "qa", "--max-new-tokens", "4", "--repeats", "1", "--warmup", "0"],
-    "compare": ["--limit", "1", "--subtasks", "qa", "--max-new-tokens", "4", "--repeats", "1", "--warmup", "0",
-                "--threads", "1"],
+    "compare": ["--limit", "1", "--subtasks", "qa", "--max-new-tokens", "4", "--repeats", "1", "--warmup", "0"],
     "lossless": ["--subtasks", "qa", "--max-new-tokens", "8", "--samples-a", "300", "--samples-b", "100",
                  "--samples-c", "800", "--quiet"],
     "train": ["-o", "conversations=8", "-o", "max_answer_tokens=8", "-o", "epochs=1"],
@@ -70,8 +69,8 @@ def _argv(command: str, i: int, workdir: Path) -> list[str]:
     argv = shlex.split(command)
     sub = argv[0]
     extra = list(SHRINK.get(sub, []))
-    if "--workers" in argv:
-        extra += ["--workers", "1"]
+    if "--workers" in argv:  # one 1-thread worker fits the 2-CPU local cluster the test starts
+        extra += ["--workers", "1", "--threads", "1"]
     if sub == "report":  # committed result directories are read where they are; tables go to the work dir
         argv = [a if a.startswith("-") or (workdir / a).exists() or not (ROOT / a).exists() else str(ROOT / a)
                 for a in argv]
