@@ -244,8 +244,12 @@ class CompiledBackend(EagerBackend):
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
         torch._dynamo.config.accumulated_cache_size_limit = max(torch._dynamo.config.accumulated_cache_size_limit, 1024)
         torch._dynamo.config.automatic_dynamic_shapes = False  # widths stay static: one graph per bucket
+        import torch._inductor.config as inductor_config
+        if "TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED" not in os.environ:
+            inductor_config.autotune_num_choices_displayed = 0  # max-autotune's per-GEMM tables would flood the terminal
+        if "TORCHINDUCTOR_MAX_AUTOTUNE_REPORT_CHOICES_STATS" not in os.environ:
+            inductor_config.max_autotune_report_choices_stats = False
         if device.type == "cpu":
-            import torch._inductor.config as inductor_config
             inductor_config.freezing = True
         options = {"mode": None if mode == "default" else ("max-autotune-no-cudagraphs" if device.type == "cpu"
                                                           else mode)}
