@@ -187,3 +187,19 @@ def test_identity_table_flags_a_changed_token(tmp_path):
     assert ee["first_difference"] == f"question {rec['question_id']} turn 1 token 2"
     kg = [v for k, v in data.items() if k.startswith("kangaroo (")]
     assert kg and all(v["identical"] == v["turns"] for v in kg)
+
+
+def test_a_file_that_mixes_hardware_is_warned_about_and_grouped(tmp_path):
+    d = tmp_path / "runs"
+    files = write_fixture(d, per_subtask=1)
+    path = files["early_exit"]
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    for i, rec in enumerate(recs):  # as a Ray run over two kinds of node would write them
+        rec["worker"] = {"node": f"node{i % 2}", "device": "cpu-x" if i % 2 else "cpu-y", "threads": 1}
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert run_report([str(d), "--out", str(tmp_path / "out")]) == 0
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert any("mixes hardware (2 kinds)" in n and n.startswith("early_exit") for n in data["notes"])
+    table = (tmp_path / "out" / "hardware.md").read_text()
+    assert "node0 / cpu-y / 1 threads" in table and "node1 / cpu-x / 1 threads" in table
+    assert not any("kangaroo" in n and "mixes" in n for n in data["notes"])
