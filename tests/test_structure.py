@@ -141,7 +141,11 @@ COMMITTED = sorted(p.parent for p in ROOT.glob("results/*/report/table1.md"))
 @pytest.mark.parametrize("report_dir", COMMITTED, ids=[p.parent.name for p in COMMITTED])
 def test_committed_results_rebuild_the_same_tables(report_dir, tmp_path):
     from specharness.report import build_report
-    build_report([report_dir.parent], tmp_path)
+    profile = None  # a report built with --profile used the profile its run.sh names
+    if (report_dir / "cost_model_profile.md").exists():
+        run_sh = (report_dir.parent / "run.sh").read_text()
+        profile = ROOT / re.search(r"--profile (\S+)", run_sh).group(1)
+    build_report([report_dir.parent], tmp_path, profile=profile)
     tables = sorted(p.name for p in report_dir.glob("*.md") if p.name != "report.md") + sorted(
         p.name for p in report_dir.glob("*.tex"))
     assert tables
