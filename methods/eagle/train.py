@@ -28,7 +28,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from specharness import selfdistill as sd
 from specharness.checkpoint import save_atomic
@@ -197,42 +196,27 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
         t0 = time.perf_counter()
         head.train()
         perm = [train_idx[j] for j in torch.randperm(len(train_idx), generator=g).tolist()]
-        bar = tqdm(range(0, len(perm), options["seqs_per_step"]), desc=f"eagle epoch {epoch + 1}/{options['epochs']}",
-                   unit="step")
-        run_loss, run_n = 0.0, 0
-        for b0 in bar:
-            chunk = [convs(i) for i in perm[b0:b0 + options["seqs_per_step"]]]
-            n_pos = sum(len(c[2]) for c in chunk)
-            if not n_pos:
-                continue
-            opt.zero_grad(set_to_none=True)
-            step_loss = 0.0
-            for ids, feat, sel, lab_ids, lab_p, _ in chunk:
-                if not len(sel):
-                    continue
-                x, f = ids[1:len(feat)], feat[:len(feat) - 1]
-                noisy = f + (torch.rand(f.shape, generator=g) * 2 - 1) * options["noise"]
-                pred = run_head(head, target, x, noisy)[sel]
-                vloss = F.smooth_l1_loss(pred, feat[sel + 1], reduction="none").mean(-1).sum()  # per position
-                logp = torch.log_softmax(logits_of(target, pred, subset), -1)
-                ploss = -(lab_p * logp.gather(1, lab_ids)).sum()
-                loss = (vloss + options["ce_weight"] * ploss) / n_pos
-                loss.backward()
-                step_loss += float(loss.detach())
-                n = len(x)
-                train_flops += 3 * (n * 2 * n_head + len(sel) * 2 * target.hidden_size * head_rows)
-            torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            run_loss, run_n = run_loss + step_loss * n_pos, run_n + n_pos
-            bar.set_postfix(loss=f"{run_loss / run_n:.3f}")
-        bar.close()
+
+        def conv_loss(conv) -> torch.Tensor:
+            nonlocal train_flops
+            ids, feat, sel, lab_ids, lab_p, _ = conv
+            x, f = ids[1:len(feat)], feat[:len(feat) - 1]
+            noisy = f + (torch.rand(f.shape, generator=g) * 2 - 1) * options["noise"]
+            pred = run_head(head, target, x, noisy)[sel]
+            vloss = F.smooth_l1_loss(pred, feat[sel + 1], reduction="none").mean(-1).sum()  # per position
+            logp = torch.log_softmax(logits_of(target, pred, subset), -1)
+            ploss = -(lab_p * logp.gather(1, lab_ids)).sum()
+            train_flops += 3 * (len(x) * 2 * n_head + len(sel) * 2 * target.hidden_size * head_rows)
+            return vloss + options["ce_weight"] * ploss
+
+        train_loss = sd.train_epoch(perm, convs, lambda c: len(c[2]), conv_loss, head.parameters(), opt, sched,
+                                    options["seqs_per_step"], f"eagle epoch {epoch + 1}/{options['epochs']}")
         head.eval()
         ev = evaluate(head, target, convs, held_idx, subset, rows)
         train_s += time.perf_counter() - t0
-        history.append({"epoch": epoch + 1, "train_loss": run_loss / max(run_n, 1), "held_out": ev,
+        history.append({"epoch": epoch + 1, "train_loss": train_loss, "held_out": ev,
                         "seconds": time.perf_counter() - t0})
-        print(f"epoch {epoch + 1}: train loss {run_loss / max(run_n, 1):.4f}, held-out top-1 agreement "
+        print(f"epoch {epoch + 1}: train loss {train_loss:.4f}, held-out top-1 agreement "
               f"{ev['top1_depth1']:.3f} / {ev['top1_depth2']:.3f} / {ev['top1_depth3']:.3f} (depth 1/2/3)", flush=True)
         save_atomic({"head": head.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
                      "epoch": epoch + 1, "history": json.dumps(history), "train_s": train_s,

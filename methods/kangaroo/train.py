@@ -115,8 +115,6 @@ def _evaluate(target, adapter, batches, indices, rows, subset) -> dict:
 
 
 def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) -> dict:
-    from tqdm import tqdm
-
     l = options["exit_layer"]
     if not 1 <= l < target.n_layers:
         raise UsageError(f"option kangaroo.exit_layer={l} is outside [1, {target.n_layers - 1}] for "
@@ -188,37 +186,23 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
         t0 = time.perf_counter()
         adapter.train()
         perm = [train_idx[j] for j in torch.randperm(len(train_idx), generator=g).tolist()]
-        bar = tqdm(range(0, len(perm), options["seqs_per_step"]), desc=f"epoch {epoch + 1}/{options['epochs']}",
-                   unit="step")
-        run_loss, run_n = 0.0, 0
-        for b0 in bar:
-            chunk = [batches(i) for i in perm[b0:b0 + options["seqs_per_step"]]]
-            n_pos = sum(len(c[1]) for c in chunk)
-            if not n_pos:
-                continue
-            opt.zero_grad(set_to_none=True)
-            step_loss = 0.0
-            for x, sel, ids, probs, _ in chunk:
-                if not len(sel):
-                    continue
-                logp = torch.log_softmax(_step_outputs(target, adapter, x, sel, subset), -1)
-                loss = -(probs * logp.gather(1, ids)).sum() / n_pos
-                loss.backward()
-                step_loss += float(loss.detach())
-                n = x.shape[0]
-                train_flops += 3 * (n * (2 * w_adapter + 4 * (n / 2) * target.n_heads * d) + len(sel) * 2 * H * head_rows)
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            sched.step()
-            run_loss, run_n = run_loss + step_loss * n_pos, run_n + n_pos
-            bar.set_postfix(loss=f"{run_loss / run_n:.3f}")
-        bar.close()
+
+        def conv_loss(conv) -> torch.Tensor:
+            nonlocal train_flops
+            x, sel, ids, probs, _ = conv
+            logp = torch.log_softmax(_step_outputs(target, adapter, x, sel, subset), -1)
+            n = x.shape[0]
+            train_flops += 3 * (n * (2 * w_adapter + 4 * (n / 2) * target.n_heads * d) + len(sel) * 2 * H * head_rows)
+            return -(probs * logp.gather(1, ids)).sum()
+
+        train_loss = sd.train_epoch(perm, batches, lambda c: len(c[1]), conv_loss, params, opt, sched,
+                                    options["seqs_per_step"], f"epoch {epoch + 1}/{options['epochs']}")
         adapter.eval()
         ev = _evaluate(target, adapter, batches, held_idx, rows, subset)
         train_s += time.perf_counter() - t0
-        history.append({"epoch": epoch + 1, "train_loss": run_loss / max(run_n, 1), "held_out": ev,
+        history.append({"epoch": epoch + 1, "train_loss": train_loss, "held_out": ev,
                         "seconds": time.perf_counter() - t0})
-        print(f"epoch {epoch + 1}: train loss {run_loss / max(run_n, 1):.4f}, held-out loss {ev['loss']:.4f}, "
+        print(f"epoch {epoch + 1}: train loss {train_loss:.4f}, held-out loss {ev['loss']:.4f}, "
               f"top-1 agreement {ev['top1_agreement']:.3f}", flush=True)
         cfg = adapter_config(target, l, n_v, {"epoch": epoch + 1})
         save_adapter(adapter.to(target.dtype), out / f"epoch-{epoch + 1}", cfg, order)
