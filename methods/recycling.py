@@ -38,12 +38,8 @@ class TokenRecycling:
 
     def __init__(self, target, top_k: int, nodes: int, warm: bool) -> None:
         self.k, self.warm = top_k, warm
-        paths = [p for p in TEMPLATE[:nodes] if max(p) < top_k]
-        paths.sort(key=len)
-        where = {p: i for i, p in enumerate(paths)}
-        self.paths = paths
-        self.parents = [0 if len(p) == 1 else where[p[:-1]] + 1 for p in paths]
-        self.max_width = len(paths) + 1
+        self.paths = sorted((p for p in TEMPLATE[:nodes] if max(p) < top_k), key=len)  # parents first
+        self.max_width = len(self.paths) + 1
         self.matrix = torch.full((target.vocab_size, top_k), -1, dtype=torch.long)
 
     def begin(self, state: DecodeState, prefill_hidden) -> None:
@@ -57,7 +53,7 @@ class TokenRecycling:
         rows = self.matrix
         token_of = {(): state.ids[-1]}
         tokens, parents, index = [], [], {(): 0}
-        for p, parent in zip(self.paths, self.parents):
+        for p in self.paths:
             up = p[:-1]
             if len(p) > depth or up not in index:
                 continue
