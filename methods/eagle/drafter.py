@@ -101,6 +101,10 @@ class EagleDrafter:
         slot = p  # head cache slots from the current position on are this round's scratch
         for d in range(2, depth + 1):
             frontier = sorted(frontier, key=lambda c: -cands[c][0])[:k]
+            if len(cands) >= self.total:  # a child scores at most its parent: stop once none can enter the kept tree
+                cutoff = sorted((c[0] for c in cands), reverse=True)[self.total - 1]
+                if cands[frontier[0]][0] < cutoff:
+                    break
             n = len(frontier)
             anc = torch.zeros(n, slot - p + n, dtype=torch.bool, device=t.device)
             for row, c in enumerate(frontier):
