@@ -521,32 +521,3 @@ def token_frequencies(dataset, vocab_size: int) -> torch.Tensor:
         answer = input_ids[1:][loss_mask[:-1]]
         counts += torch.bincount(answer, minlength=vocab_size)[:vocab_size]
     return counts
-
-
-def train_epoch(items: list, load, positions, loss_of, params, opt, sched, seqs_per_step: int, desc: str) -> float:
-    """One pass of a self-distillation trainer: ``items`` (already shuffled) in steps of
-    ``seqs_per_step`` conversations; ``loss_of(conv)`` is a conversation's summed loss, averaged over
-    the step's ``positions``; gradients clipped to norm 1. Returns the epoch's mean loss per position."""
-    from tqdm import tqdm
-    bar = tqdm(range(0, len(items), seqs_per_step), desc=desc, unit="step")
-    run_loss, run_n = 0.0, 0
-    for b0 in bar:
-        chunk = [load(i) for i in items[b0:b0 + seqs_per_step]]
-        n_pos = sum(positions(c) for c in chunk)
-        if not n_pos:
-            continue
-        opt.zero_grad(set_to_none=True)
-        step_loss = 0.0
-        for conv in chunk:
-            if positions(conv):
-                loss = loss_of(conv) / n_pos
-                loss.backward()
-                step_loss += float(loss.detach())
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        run_loss, run_n = run_loss + step_loss * n_pos, run_n + n_pos
-        bar.set_postfix(loss=f"{run_loss / run_n:.3f}")
-    bar.close()
-    return run_loss / max(run_n, 1)
-

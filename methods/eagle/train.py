@@ -22,7 +22,6 @@ teacher pass and training; parameters; losses; agreements).
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 
@@ -30,8 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from specharness import selfdistill as sd
-from specharness.checkpoint import save_atomic
-from specharness.errors import UsageError
+from specharness import training
 from specharness.options import OptionSpec
 from specharness.paths import cache_root
 from specharness.target import TargetModel, attention_mask
@@ -143,12 +141,7 @@ def evaluate(head, target, convs: Conversations, indices: list[int], subset, row
 
 def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) -> dict:
     out = Path(out_dir) if out_dir else cache_root() / "eagle" / model_slug(target.name)
-    state_file = out / "train_state.pt"
-    if resume and not state_file.is_file():
-        raise UsageError(f"--resume: no checkpoint in '{out}' (train_state.pt); run without --resume first")
-    if not resume and state_file.is_file():
-        raise UsageError(f"'{out}' already holds a training run; pass --resume to continue it or choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
+    state_file = training.claim_out_dir(out, resume)
     started = time.perf_counter()
     L = target.n_layers
 
@@ -168,59 +161,32 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
     # 2. head, optimizer, schedule, resume
     torch.manual_seed(options["seed"])
     head = EagleHead.for_target(target).float().train()
-    opt = torch.optim.AdamW(head.parameters(), lr=options["lr"], weight_decay=options["weight_decay"],
-                            betas=(0.9, 0.95))
-    per_epoch = math.ceil(len(train_idx) / options["seqs_per_step"])
-    total_steps = per_epoch * options["epochs"]
-    warmup = max(1, min(50, total_steps // 10))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min(1.0, (k + 1) / warmup) * 0.5 * (
-        1 + math.cos(math.pi * min(1.0, k / max(1, total_steps)))))
+    opt, sched, total_steps = training.adamw_cosine(head.parameters(), options, len(train_idx))
     baseline = evaluate(head, target, convs, held_idx, subset, rows)
-    start_epoch, history, train_s, train_flops = 0, [], 0.0, 0.0
-    if resume:
-        st = torch.load(str(state_file), map_location="cpu", weights_only=True)
-        if st["options"] != {k: options[k] for k in st["options"]}:
-            raise UsageError(f"--resume: '{out}' was trained with other options; repeat them or start a new --out")
-        head.load_state_dict(st["head"])
-        opt.load_state_dict(st["optimizer"])
-        sched.load_state_dict(st["scheduler"])
-        start_epoch, history = st["epoch"], json.loads(st["history"])
-        train_s, train_flops = st["train_s"], st["train_flops"]
-        torch.set_rng_state(st["rng"])
 
     # 3. train
     n_head = sum(p.numel() for n, p in head.named_parameters())
     head_rows = options["draft_vocab"] or target.vocab_size
-    g = torch.Generator().manual_seed(options["seed"])
-    for epoch in range(start_epoch, options["epochs"]):
-        t0 = time.perf_counter()
-        head.train()
-        perm = [train_idx[j] for j in torch.randperm(len(train_idx), generator=g).tolist()]
+    prog = training.Progress()
 
-        def conv_loss(conv) -> torch.Tensor:
-            nonlocal train_flops
-            ids, feat, sel, lab_ids, lab_p, _ = conv
-            x, f = ids[1:len(feat)], feat[:len(feat) - 1]
-            noisy = f + (torch.rand(f.shape, generator=g) * 2 - 1) * options["noise"]
-            pred = run_head(head, target, x, noisy)[sel]
-            vloss = F.smooth_l1_loss(pred, feat[sel + 1], reduction="none").mean(-1).sum()  # per position
-            logp = torch.log_softmax(logits_of(target, pred, subset), -1)
-            ploss = -(lab_p * logp.gather(1, lab_ids)).sum()
-            train_flops += 3 * (len(x) * 2 * n_head + len(sel) * 2 * target.hidden_size * head_rows)
-            return vloss + options["ce_weight"] * ploss
+    def conv_loss(conv) -> torch.Tensor:
+        ids, feat, sel, lab_ids, lab_p, _ = conv
+        x, f = ids[1:len(feat)], feat[:len(feat) - 1]
+        noisy = f + (torch.rand(f.shape, generator=prog.rng) * 2 - 1) * options["noise"]
+        pred = run_head(head, target, x, noisy)[sel]
+        vloss = F.smooth_l1_loss(pred, feat[sel + 1], reduction="none").mean(-1).sum()  # per position
+        logp = torch.log_softmax(logits_of(target, pred, subset), -1)
+        ploss = -(lab_p * logp.gather(1, lab_ids)).sum()
+        prog.flops += 3 * (len(x) * 2 * n_head + len(sel) * 2 * target.hidden_size * head_rows)
+        return vloss + options["ce_weight"] * ploss
 
-        train_loss = sd.train_epoch(perm, convs, lambda c: len(c[2]), conv_loss, head.parameters(), opt, sched,
-                                    options["seqs_per_step"], f"eagle epoch {epoch + 1}/{options['epochs']}")
-        head.eval()
-        ev = evaluate(head, target, convs, held_idx, subset, rows)
-        train_s += time.perf_counter() - t0
-        history.append({"epoch": epoch + 1, "train_loss": train_loss, "held_out": ev,
-                        "seconds": time.perf_counter() - t0})
-        print(f"epoch {epoch + 1}: train loss {train_loss:.4f}, held-out top-1 agreement "
-              f"{ev['top1_depth1']:.3f} / {ev['top1_depth2']:.3f} / {ev['top1_depth3']:.3f} (depth 1/2/3)", flush=True)
-        save_atomic({"head": head.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                     "epoch": epoch + 1, "history": json.dumps(history), "train_s": train_s,
-                     "train_flops": train_flops, "rng": torch.get_rng_state(), "options": dict(options)}, state_file)
+    training.train_epochs(
+        head, opt, sched, state_file, options, resume, train_idx, convs, lambda c: len(c[2]), conv_loss,
+        lambda: evaluate(head, target, convs, held_idx, subset, rows),
+        lambda ev: (f"held-out top-1 agreement {ev['top1_depth1']:.3f} / {ev['top1_depth2']:.3f} / "
+                    f"{ev['top1_depth3']:.3f} (depth 1/2/3)"),
+        "eagle", progress=prog)
+    history, train_s, train_flops = prog.history, prog.train_s, prog.flops
 
     final = history[-1]["held_out"] if history else baseline
     report = {

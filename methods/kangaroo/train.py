@@ -22,8 +22,8 @@ backward is counted as twice the forward.
 
 from __future__ import annotations
 
+import copy
 import json
-import math
 import resource
 import time
 from pathlib import Path
@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from specharness import selfdistill as sd
+from specharness import training
 from specharness.errors import UsageError
 from specharness.options import OptionSpec
 from specharness.paths import cache_root
@@ -124,13 +125,7 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
                          f"({target.vocab_size}); use 0 for the full head")
     variant = ("-ffn" if options["ffn"] else "") + ("-ownhead" if options["head"] == "own" else "")
     out = Path(out_dir) if out_dir else cache_root() / "adapters" / "kangaroo" / f"{model_slug(target.name)}-l{l}{variant}"
-    state_file = out / "train_state.pt"
-    if resume and not state_file.is_file():
-        raise UsageError(f"--resume: no checkpoint in '{out}' (train_state.pt); run without --resume first")
-    if not resume and state_file.is_file():
-        raise UsageError(f"'{out}' already holds a training run; pass --resume to continue it or choose "
-                         "another --out")
-    out.mkdir(parents=True, exist_ok=True)
+    state_file = training.claim_out_dir(out, resume)
     started = time.perf_counter()
 
     # 1. data
@@ -155,62 +150,32 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
     adapter = (Adapter.from_target_layer(target, l, ffn=options["ffn"], head_rows=own) if options["init"] == "layer"
                else Adapter.for_target(target, seed=options["seed"], ffn=options["ffn"], head_rows=own))
     adapter = adapter.float() if target.dtype != torch.float32 else adapter
-    params = [p for p in adapter.parameters()]
-    opt = torch.optim.AdamW(params, lr=options["lr"], weight_decay=options["weight_decay"], betas=(0.9, 0.95))
-    per_epoch = math.ceil(len(train_idx) / options["seqs_per_step"])
-    total_steps = per_epoch * options["epochs"]
-    warmup = max(1, min(50, total_steps // 10))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min(1.0, (k + 1) / warmup) * 0.5 * (
-        1 + math.cos(math.pi * min(1.0, k / max(1, total_steps)))))
+    opt, sched, total_steps = training.adamw_cosine(adapter.parameters(), options, len(train_idx))
     batches = _Batches(feats, rows, target.vocab_size, target.device)
-    start_epoch, history = 0, []
     baseline = _evaluate(target, adapter, batches, held_idx, rows, subset)  # untrained: ~raw early exit
-    train_s, train_flops = 0.0, 0.0
-    if resume:
-        st = torch.load(str(state_file), map_location="cpu", weights_only=True)
-        if st["options"] != {k: options[k] for k in st["options"]}:
-            raise UsageError(f"--resume: '{out}' was trained with other options ({st['options']}); "
-                             "repeat them or start a new --out")
-        adapter.load_state_dict(st["adapter"])
-        opt.load_state_dict(st["optimizer"])
-        sched.load_state_dict(st["scheduler"])
-        start_epoch, history = st["epoch"], json.loads(st["history"])
-        train_s, train_flops = st["train_s"], st["train_flops"]
-        torch.set_rng_state(st["rng"])
 
     H, d = target.hidden_size, target.head_dim
     w_adapter = sum(p.numel() for n, p in adapter.named_parameters() if "proj" in n)
     head_rows = n_v or target.vocab_size
-    g = torch.Generator().manual_seed(options["seed"])
-    for epoch in range(start_epoch, options["epochs"]):
-        t0 = time.perf_counter()
-        adapter.train()
-        perm = [train_idx[j] for j in torch.randperm(len(train_idx), generator=g).tolist()]
+    prog = training.Progress()
 
-        def conv_loss(conv) -> torch.Tensor:
-            nonlocal train_flops
-            x, sel, ids, probs, _ = conv
-            logp = torch.log_softmax(_step_outputs(target, adapter, x, sel, subset), -1)
-            n = x.shape[0]
-            train_flops += 3 * (n * (2 * w_adapter + 4 * (n / 2) * target.n_heads * d) + len(sel) * 2 * H * head_rows)
-            return -(probs * logp.gather(1, ids)).sum()
+    def conv_loss(conv) -> torch.Tensor:
+        x, sel, ids, probs, _ = conv
+        logp = torch.log_softmax(_step_outputs(target, adapter, x, sel, subset), -1)
+        n = x.shape[0]
+        prog.flops += 3 * (n * (2 * w_adapter + 4 * (n / 2) * target.n_heads * d) + len(sel) * 2 * H * head_rows)
+        return -(probs * logp.gather(1, ids)).sum()
 
-        train_loss = sd.train_epoch(perm, batches, lambda c: len(c[1]), conv_loss, params, opt, sched,
-                                    options["seqs_per_step"], f"epoch {epoch + 1}/{options['epochs']}")
-        adapter.eval()
-        ev = _evaluate(target, adapter, batches, held_idx, rows, subset)
-        train_s += time.perf_counter() - t0
-        history.append({"epoch": epoch + 1, "train_loss": train_loss, "held_out": ev,
-                        "seconds": time.perf_counter() - t0})
-        print(f"epoch {epoch + 1}: train loss {train_loss:.4f}, held-out loss {ev['loss']:.4f}, "
-              f"top-1 agreement {ev['top1_agreement']:.3f}", flush=True)
-        cfg = adapter_config(target, l, n_v, {"epoch": epoch + 1})
-        save_adapter(adapter.to(target.dtype), out / f"epoch-{epoch + 1}", cfg, order)
-        adapter.float()
-        torch.save({"adapter": adapter.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                    "epoch": epoch + 1, "history": json.dumps(history), "train_s": train_s,
-                    "train_flops": train_flops, "rng": torch.get_rng_state(),
-                    "options": {k: v for k, v in options.items()}}, str(state_file))
+    def save_epoch(epoch: int) -> None:  # a copy in the target's dtype; the trained weights stay float32
+        save_adapter(copy.deepcopy(adapter).to(target.dtype), out / f"epoch-{epoch}",
+                     adapter_config(target, l, n_v, {"epoch": epoch}), order)
+
+    training.train_epochs(
+        adapter, opt, sched, state_file, options, resume, train_idx, batches, lambda c: len(c[1]), conv_loss,
+        lambda: _evaluate(target, adapter, batches, held_idx, rows, subset),
+        lambda ev: f"held-out loss {ev['loss']:.4f}, top-1 agreement {ev['top1_agreement']:.3f}",
+        "kangaroo", after_epoch=save_epoch, progress=prog)
+    history, train_s, train_flops = prog.history, prog.train_s, prog.flops
 
     final = history[-1]["held_out"] if history else baseline
     report = {
