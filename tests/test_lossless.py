@@ -215,6 +215,27 @@ def test_classify_takes_either_order_of_the_top_two():
     assert lossless.classify(0.5, 1e-4, method_token=7, top1=3, top2=7, vanilla_token=3) == "bug"
 
 
+def test_a_third_token_in_the_tie_and_the_tolerance_in_ulps():
+    """bfloat16 rounds a logit near 20 to 1/8: a tie may hold three tokens, and the tolerance
+    scales with the top logit's magnitude."""
+    gaps = {3: 0.0, 7: 0.0, 9: 0.125}
+    assert lossless.classify(0.0, 0.5, method_token=9, top1=3, top2=7, vanilla_token=7, gaps=gaps) == "near-tie"
+    assert lossless.classify(0.0, 0.1, method_token=9, top1=3, top2=7, vanilla_token=7, gaps=gaps) == "bug"
+    assert lossless.classify(0.0, 0.5, method_token=9, top1=3, top2=7, vanilla_token=9, gaps=gaps) == "bug"  # same
+    tol = lossless.Tolerance(0.05, 4, "bfloat16")
+    assert tol.at(20.0) == 0.5 and tol.at(40.0) == 1.0 and tol.at(0.1) == 0.05
+    assert lossless.Tolerance(1e-4).at(20.0) == 1e-4
+
+
+def test_tolerance_is_calibrated_on_the_model_in_reduced_precision():
+    t32 = TargetModel.tiny("llama", vocab_size=64, n_layers=2, seed=3)
+    assert lossless.calibrate_tolerance(t32, "float32").at(10.0) == 1e-4
+    assert lossless.calibrate_tolerance(t32, "bfloat16", given=0.3).at(10.0) == 0.3
+    t16 = TargetModel.tiny("llama", vocab_size=64, n_layers=2, seed=3, dtype="bfloat16")
+    tol = lossless.calibrate_tolerance(t16, "bfloat16")
+    assert tol.noise_ulps is not None and 0 <= tol.noise_ulps < 64 and tol.ulps == 2 * max(1.0, tol.noise_ulps)
+
+
 def test_certify_finds_a_changed_token_in_benchmark_files(tmp_path, capsys):
     from specharness.cli import main
     from test_cli import plugin_example

@@ -99,7 +99,8 @@ def identity(runs: list[Run]) -> list[Section]:
         return [Note("greedy identity table skipped: no greedy file with a vanilla baseline")]
     caption = ("Greedy outputs against vanilla's on the same questions, turn by turn (token ids). A "
                "difference is a bug unless certified a float near-tie: `specharness lossless --certify DIR` "
-               "checks the target's top-2 logit margin at each first differing token (near-ties / bugs columns; "
+               "checks that both tokens at each first differing position sit within the tolerance of the target's "
+               "top logit, twice the kernel noise measured on the model (near-ties / bugs columns; "
                "'-' = not certified).")
     return [Table("identity", "Greedy identity.", caption,
                   ["File", "Turns", "Identical", "Near-ties (certified)", "Bugs (certified)", "First difference"],
