@@ -23,6 +23,7 @@ import importlib.util
 import json
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,20 +180,23 @@ class DecoderStack(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor,
                 k_caches: list[torch.Tensor], v_caches: list[torch.Tensor], a: int, b: int, head: bool,
-                capture: tuple[int, ...] = ()) -> tuple:
+                capture: tuple[int, ...] = (), skip: "Skip" = ((), ())) -> tuple:
         h = F.embedding(x, self.embed_weight) if x.dtype == torch.long else x
         T, H, Hkv, d = h.shape[0], self.H, self.Hkv, self.d
         cos, sin = self.cos[positions], self.sin[positions]
         captured = []
+        skip_attn, skip_mlp = skip
         for j, i in enumerate(range(a, b)):
-            qkv = F.linear(rms_norm(h, self.ln1[i], self.eps), self.wqkv[i], self.bqkv[i] if self.bqkv is not None else None)
-            q, k, v = qkv.split([H * d, Hkv * d, Hkv * d], dim=-1)
-            q = rotary(q.view(T, H, d).transpose(0, 1), cos, sin)
-            k = rotary(k.view(T, Hkv, d).transpose(0, 1), cos, sin)
-            o = attend(q, k, v.view(T, Hkv, d).transpose(0, 1), k_caches[j], v_caches[j], slots, mask)
-            h = h + F.linear(o, self.wo[i])
-            gate, up = F.linear(rms_norm(h, self.ln2[i], self.eps), self.w_gate_up[i]).chunk(2, dim=-1)
-            h = h + F.linear(F.silu(gate) * up, self.w_down[i])
+            if i not in skip_attn:
+                qkv = F.linear(rms_norm(h, self.ln1[i], self.eps), self.wqkv[i], self.bqkv[i] if self.bqkv is not None else None)
+                q, k, v = qkv.split([H * d, Hkv * d, Hkv * d], dim=-1)
+                q = rotary(q.view(T, H, d).transpose(0, 1), cos, sin)
+                k = rotary(k.view(T, Hkv, d).transpose(0, 1), cos, sin)
+                o = attend(q, k, v.view(T, Hkv, d).transpose(0, 1), k_caches[j], v_caches[j], slots, mask)
+                h = h + F.linear(o, self.wo[i])
+            if i not in skip_mlp:
+                gate, up = F.linear(rms_norm(h, self.ln2[i], self.eps), self.w_gate_up[i]).chunk(2, dim=-1)
+                h = h + F.linear(F.silu(gate) * up, self.w_down[i])
             if i in capture:
                 captured.append(h)
         logits = F.linear(rms_norm(h, self.norm_weight, self.eps), self.head_weight) if head else None
@@ -201,6 +205,7 @@ class DecoderStack(nn.Module):
 
 # ---- running the stack: eagerly, or compiled ---------------------------------------------------------
 COMPILE_MODES = ("none", "default", "max-autotune")
+Skip = tuple[tuple[int, ...], tuple[int, ...]]  # (layers whose attention, layers whose MLP a forward leaves out)
 WIDTH_BUCKETS = (1, 8, 16, 32, 64)  # compiled graphs see these widths (padded; the curve is flat to 8); wider: dynamic
 
 
@@ -212,14 +217,14 @@ class EagerBackend:
 
     def __init__(self, stack: DecoderStack) -> None:
         self.stack = stack
-        self.graphs: set[tuple] = set()  # (a, b, head, capture, ids?, width) of every graph compiled
+        self.graphs: set[tuple] = set()  # (a, b, head, capture, ids?, skip, width) of every graph compiled
         self.compile_s = 0.0
 
     def width(self, T: int) -> int:
         return T
 
-    def __call__(self, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture):
-        return self.stack(x, positions, slots, mask, k_caches, v_caches, a, b, head, capture)
+    def __call__(self, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip):
+        return self.stack(x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip)
 
 
 def _forward_wide(stack: DecoderStack, *args):
@@ -261,16 +266,16 @@ class CompiledBackend(EagerBackend):
     def width(self, T: int) -> int:
         return next((w for w in WIDTH_BUCKETS if w >= T), T)
 
-    def __call__(self, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture):
+    def __call__(self, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip):
         T = x.shape[0]
         if mask.shape[1] > 1:
             torch._dynamo.mark_dynamic(mask, 1)  # the context grows every round
-        key = (a, b, head, capture, x.dtype == torch.long, T if T <= WIDTH_BUCKETS[-1] else "wide")
+        key = (a, b, head, capture, x.dtype == torch.long, skip, T if T <= WIDTH_BUCKETS[-1] else "wide")
         started = time.perf_counter() if key not in self.graphs else None
         if T <= WIDTH_BUCKETS[-1]:
-            out = self.narrow(x, positions, slots, mask, k_caches, v_caches, a, b, head, capture)
+            out = self.narrow(x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip)
         else:
-            out = self.wide(self.stack, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture)
+            out = self.wide(self.stack, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip)
         if started is not None:  # a new graph: this call compiled it
             self.graphs.add(key)
             self.compile_s += time.perf_counter() - started
@@ -449,12 +454,15 @@ class TargetModel:
         return F.linear(o, w.wo)
 
     def forward(self, x: torch.Tensor, cache: KVCache, start: int, a: int = 0, b: int | None = None,
-                tree: Tree | None = None, head: bool = False, capture: tuple[int, ...] = ()) -> Forward:
+                tree: Tree | None = None, head: bool = False, capture: tuple[int, ...] = (),
+                skip: "Skip" = ((), ())) -> Forward:
         """Layers [a, b) over T positions: token ids (a = 0) or the hidden states entering layer a.
 
         Node i of ``tree`` (default: a chain) is at position ``start + depth(i)`` and writes cache
         slot ``start + i``. Returns the hidden states after layer b - 1 (before the final norm), the
-        logits when ``head``, and the hidden states after each layer in ``capture``.
+        logits when ``head``, and the hidden states after each layer in ``capture``. ``skip`` =
+        (layers whose attention, layers whose MLP is left out): a layer-skipping self-drafter's
+        forward (its skipped attention writes no K/V; verification rewrites every layer).
         """
         b = self.n_layers if b is None else b
         T = x.shape[0]
@@ -474,9 +482,20 @@ class TargetModel:
         slots = torch.arange(start, start + width, device=self.device)
         mask = attention_mask(start, tree, width, self.device)
         h, logits, captured = self.backend(x, positions, slots, mask, cache.k[a:b], cache.v[a:b], a, b, head,
-                                           tuple(capture))
+                                           tuple(capture), (tuple(skip[0]), tuple(skip[1])))
         return Forward(h[:T], logits[:T] if logits is not None else None,
                        {layer: c[:T] for layer, c in zip(capture, captured)} if capture else None)
+
+    @contextmanager
+    def eager(self):
+        """Run forwards op by op inside the block: a search that tries many layer subsets must not
+        compile a graph per try."""
+        backend = self.backend
+        self.backend = EagerBackend(backend.stack)
+        try:
+            yield self
+        finally:
+            self.backend = backend
 
     def precompile(self, max_width: int = 1) -> int:
         """Compile, now, every width bucket a timed run may meet for the graphs warm-up used:
@@ -485,14 +504,14 @@ class TargetModel:
         if not self.backend.compiled:
             return 0
         seen: dict[tuple, int] = {}
-        for a, b, head, capture, ids, width in list(self.backend.graphs):
+        for a, b, head, capture, ids, skip, width in list(self.backend.graphs):
             if width != "wide":
-                sig = (a, b, head, capture, ids)
+                sig = (a, b, head, capture, ids, skip)
                 seen[sig] = max(seen.get(sig, 1), max_width if head else width)
         before = len(self.backend.graphs)
         cache = self.new_cache(256)
         with torch.inference_mode():
-            for (a, b, head, capture, ids), top in seen.items():
+            for (a, b, head, capture, ids, skip), top in seen.items():
                 for w in WIDTH_BUCKETS:
                     if w > self.backend.width(top):
                         break
@@ -502,7 +521,7 @@ class TargetModel:
                     if a:
                         cache.lengths[:a] = [32] * a
                     cache.lengths[a:b] = [32] * (b - a)
-                    self.forward(x, cache, 32, a, b, head=head, capture=capture)
+                    self.forward(x, cache, 32, a, b, head=head, capture=capture, skip=skip)
         return len(self.backend.graphs) - before
 
     def layers(self, h: torch.Tensor, start: int, a: int, b: int, cache: KVCache) -> torch.Tensor:

@@ -69,6 +69,8 @@ def _argv(command: str, i: int, workdir: Path) -> list[str]:
     argv = shlex.split(command)
     sub = argv[0]
     extra = list(SHRINK.get(sub, []))
+    if "self-spec" in argv and sub == "run":  # its one-time layer-skip search: 2 masks instead of 48
+        extra += ["-o", "trials=2"]
     if "--workers" in argv:  # one 1-thread worker fits the 2-CPU local cluster the test starts
         extra += ["--workers", "1", "--threads", "1"]
     if sub == "report":  # committed result directories are read where they are; tables go to the work dir

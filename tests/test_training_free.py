@@ -1,4 +1,4 @@
-"""The training-free drafters (pld, recycling): greedy identity with vanilla on every subtask,
+"""The training-free drafters (pld, recycling, lookahead, self-spec): greedy identity with vanilla on every subtask,
 lossless sampling (chi-square against the exact distribution), bad options as one-line errors."""
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ from specharness.runner import build_method
 from specharness.target import TargetModel
 from specharness.verify import greedy, speculative_sampling
 
-METHODS = {"pld": ["branches=1", "branches=3"], "recycling": ["nodes=15", "nodes=7:top_k=4"]}
+METHODS = {"pld": ["branches=1", "branches=3"], "recycling": ["nodes=15", "nodes=7:top_k=4"],
+           "lookahead": ["", "window=3:ngram=4:guesses=3"],
+           # hand-given masks: the search's calibration data would cost minutes per fresh cache
+           "self-spec": ["skip=a3,m5,a10,m20", "skip=a1,a2,m1,m2,m3,a25:eta=0:gamma=4"]}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +45,8 @@ def test_greedy_identical_to_vanilla_on_every_subtask(smol, first_questions, reg
     assert accepted > 0  # drafts were accepted somewhere: the speculative path ran
 
 
-@pytest.mark.parametrize("name, opts", [("pld", "branches=2:k=3"), ("recycling", "nodes=7:top_k=3")])
+@pytest.mark.parametrize("name, opts", [("pld", "branches=2:k=3"), ("recycling", "nodes=7:top_k=3"),
+                                        ("lookahead", "window=2:ngram=3:guesses=2"), ("self-spec", "skip=m1:eta=0")])
 def test_sampling_keeps_the_target_distribution(registry, name, opts):
     """A repetitive prompt on a tiny model, so lookups and recycled successors exist and get
     accepted and rejected; tokens 3-4 of 5 must follow the target's exact joint."""
@@ -64,6 +68,9 @@ def test_sampling_keeps_the_target_distribution(registry, name, opts):
 @pytest.mark.parametrize("name, opts, needle", [
     ("pld", "k=0", "outside [1, inf]"), ("pld", "min_ngram=4:max_ngram=2", "exceeds pld.max_ngram"),
     ("recycling", "nodes=0", "outside"), ("recycling", "warm=maybe", "must be true or false"),
+    ("lookahead", "ngram=1", "outside"), ("lookahead", "window=0", "outside"),
+    ("self-spec", "skip=x3", "is not aI or mI"), ("self-spec", "skip=a30", "is not aI or mI"),
+    ("self-spec", "skip_ratio=2", "outside"),
 ])
 def test_bad_options_are_one_line_errors(smol, registry, name, opts, needle):
     with pytest.raises(UsageError) as err:
@@ -80,3 +87,35 @@ def test_recycling_matrix_resets_per_question_unless_warm(registry):
         assert filled > 0
         generate(tiny, d, greedy, [4, 5], 1)  # begin of a new question, no round after it
     assert int((cold.matrix[:, 0] >= 0).sum()) == 0 and int((warm.matrix[:, 0] >= 0).sum()) >= filled
+
+
+def test_lookahead_pool_fills_from_the_jacobi_branch(registry):
+    """After the levels fill, every round adds n-grams of size N keyed by their first token."""
+    tiny = TargetModel.tiny("llama", vocab_size=16, n_layers=2, seed=5)
+    d = _drafter(registry, tiny, "lookahead", "window=3:ngram=4")
+    generate(tiny, d, greedy, [1, 2, 3, 4], 24)
+    assert len(d.levels) == 3 and all(len(level) == 3 for level in d.levels)
+    grams = [g for gs in d.pool.values() for g in gs]
+    assert grams and all(len(g) == 3 for g in grams)
+
+
+def test_bayes_search_beats_its_random_start():
+    """A planted optimum: the Gaussian process's proposals must climb above the random masks."""
+    from specharness.methods.selfspec import N_RANDOM, bayes_search
+    planted = tuple(int(i % 3 == 0) for i in range(24))
+    history = bayes_search(lambda bits: -sum(a != b for a, b in zip(bits, planted)), 24, sum(planted), 40,
+                           progress=False)
+    assert len(history) == 40 and all(sum(h["bits"]) == sum(planted) for h in history)
+    assert max(h["score"] for h in history[N_RANDOM:]) > max(h["score"] for h in history[:N_RANDOM])
+
+
+def test_matchness_is_one_for_the_full_model_and_lower_when_skipping():
+    from specharness.methods.selfspec import matchness
+    tiny = TargetModel.tiny("llama", vocab_size=32, n_layers=3, seed=4)
+    ref = generate(tiny, NoDraft(), greedy, [1, 2, 3], 30).token_ids
+    ids = torch.tensor([1, 2, 3, *ref])
+    mask = torch.zeros(len(ids), dtype=torch.bool)
+    mask[2:-1] = True  # predictions of the answer tokens
+    seqs = [(ids, mask)]
+    assert matchness(tiny, seqs, ((), ())) == 1.0
+    assert matchness(tiny, seqs, ((0, 1, 2), (0, 1, 2))) < 1.0
