@@ -39,7 +39,8 @@ from specharness.target import Skip, TargetModel
 OPTIONS = [
     OptionSpec("skip", "str", "search", "'search' = the cached Bayesian-optimisation search's mask, or a list "
                "like a3,a4,m10 (aI / mI: layer I's attention / MLP)"),
-    OptionSpec("skip_ratio", "float", 0.4, "share of the 2L sublayers the search leaves out", min=0.0, max=0.9),
+    OptionSpec("skip_ratio", "float", 0.2, "share of the 2L sublayers the search leaves out (SmolLM2-135M, 24 trials: "
+               "matchness 0.67 at 0.1, 0.52 at 0.2, 0.27 at 0.4)", min=0.0, max=0.9),
     OptionSpec("trials", "int", 48, "masks the search scores (the first 8 at random)", min=1),
     OptionSpec("calibration", "int", 8, "self-written conversations the search scores on", min=8),
     OptionSpec("eta", "float", 0.6, "stop drafting after a draft whose top-1 probability is <= eta", min=0.0, max=1.0),
