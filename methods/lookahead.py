@@ -26,6 +26,7 @@ import random
 from specharness.engine import DecodeState, Proposal, Verified
 from specharness.hookspecs import DrafterSpec, hookimpl
 from specharness.options import OptionSpec
+from specharness.tree import Trie
 
 OPTIONS = [
     OptionSpec("window", "int", 4, "W: guesses per lookahead level (columns)", min=1),
@@ -34,27 +35,6 @@ OPTIONS = [
                "2 x 2 candidates + the current token <= 16 positions, one compiled width bucket)", min=0),
     OptionSpec("pool", "int", 8, "n-grams kept per first token (most recent first)", min=1),
 ]
-
-
-class _Trie:
-    """Token paths from the current token (node 0), merged where they share a prefix."""
-
-    def __init__(self) -> None:
-        self.tokens: list[int] = []
-        self.parents: list[int] = []
-        self.child: dict[tuple[int, int], int] = {}
-
-    def insert(self, path: list[int] | tuple[int, ...]) -> int:
-        """Add ``path`` below the root; returns the node of its last token (0 for an empty path)."""
-        node = 0
-        for tok in path:
-            nxt = self.child.get((node, tok))
-            if nxt is None:
-                self.tokens.append(tok)
-                self.parents.append(node)
-                nxt = self.child[(node, tok)] = len(self.tokens)
-            node = nxt
-        return node
 
 
 class Lookahead:
@@ -78,7 +58,7 @@ class Lookahead:
         self.top = None
         if budget <= 0:
             return Proposal()
-        trie = _Trie()
+        trie = Trie()
         for gram in self.pool.get(state.ids[-1], [])[:self.G]:
             trie.insert(gram[:budget])
         R = len(self.levels)

@@ -16,6 +16,7 @@ from specharness.engine import DecodeState, Proposal, Verified
 from specharness.errors import UsageError
 from specharness.hookspecs import DrafterSpec, hookimpl
 from specharness.options import OptionSpec
+from specharness.tree import Trie
 
 OPTIONS = [
     OptionSpec("max_ngram", "int", 3, "longest n-gram looked up", min=1),
@@ -67,12 +68,10 @@ class PromptLookup:
                         break
             if len(chains) == 1:
                 return Proposal(chains[0])
-            tokens, parents = [], []
+            trie = Trie()
             for chain in chains:
-                for j, tok in enumerate(chain):
-                    parents.append(0 if j == 0 else len(tokens))
-                    tokens.append(tok)
-            return Proposal(tokens, parents=parents)
+                trie.insert(chain)
+            return Proposal(trie.tokens, parents=trie.parents)
         return Proposal()
 
     def commit(self, state: DecodeState, verified: Verified) -> None:

@@ -78,3 +78,26 @@ class Tree:
             out.append(node)
             node = self.parents[node]
         return out[::-1]
+
+
+class Trie:
+    """A proposal's drafts built from token paths below the current token (node 0), merged where
+    they share a prefix, so siblings are distinct: ``tokens`` and ``parents`` are what a
+    ``Proposal`` takes (node i + 1 is draft i)."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.parents: list[int] = []
+        self.child: dict[tuple[int, int], int] = {}
+
+    def insert(self, path: list[int] | tuple[int, ...]) -> int:
+        """Add ``path`` below the root; returns the node of its last token (0 for an empty path)."""
+        node = 0
+        for tok in path:
+            nxt = self.child.get((node, tok))
+            if nxt is None:
+                self.tokens.append(tok)
+                self.parents.append(node)
+                nxt = self.child[(node, tok)] = len(self.tokens)
+            node = nxt
+        return node

@@ -158,3 +158,16 @@ def test_a_wrong_tree_rule_is_caught(tiny):
     exact = marginal(exact_sequence_distribution(tiny, prompt, 3, 1.0), (1, 2))
     seen, _ = _sample(tiny, TreeDrafter(3), first_sibling_only, prompt, 4, 3000)
     assert chi_square(_tokens(seen, (1, 2)), exact).p_value < 1e-6
+
+
+def test_trie_merges_shared_prefixes_into_a_valid_tree():
+    from specharness.tree import Trie
+    trie = Trie()
+    assert trie.insert([5, 6, 7]) == 3
+    assert trie.insert([5, 6, 8]) == 4  # shares 5, 6
+    assert trie.insert([9]) == 5 and trie.insert([5, 6]) == 2 and trie.insert([]) == 0
+    assert trie.tokens == [5, 6, 7, 8, 9] and trie.parents == [0, 1, 2, 2, 0]
+    tree = Tree.from_drafts(trie.parents, len(trie.tokens))
+    for node, kids in enumerate(tree.children):
+        toks = [trie.tokens[k - 1] for k in kids]
+        assert len(toks) == len(set(toks))  # siblings distinct
