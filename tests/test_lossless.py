@@ -117,7 +117,8 @@ def test_suite_passes_a_correct_method(tmp_path):
                        "--subtasks", "qa,math_reasoning", "--max-new-tokens", "12", "--effect-a", "0.3"], tmp_path)
     assert rc == 0 and rep["passed"]
     g = rep["levels"]["greedy"]
-    assert g["prompts"] == 2 and g["identical"] == 2 and g["mismatches"] == [] and g["tolerance"] == 1e-4
+    assert g["prompts"] == 2 and g["identical"] == 2 and g["mismatches"] == []
+    assert g["tolerance"]["absolute"] == 1e-4 and g["tolerance"]["ulps"] == 0  # float32: fixed, not calibrated
     assert rep["levels"]["a"]["verifier"] == "speculative-sampling"
 
 
@@ -141,7 +142,7 @@ def test_vanilla_passes_level_a(tmp_path):
 
 def test_greedy_check_reports_position_and_margin_of_a_divergence(tiny, monkeypatch):
     """A method that swaps one token for the target's runner-up: a near-tie only if the margin
-    there is under the tolerance; a token outside the top 2 is a bug whatever the tolerance."""
+    there is under the tolerance; a token further below the top logit than the tolerance is a bug."""
     from types import SimpleNamespace
 
     from specharness.tasks.specbench import Question
@@ -150,7 +151,10 @@ def test_greedy_check_reports_position_and_margin_of_a_divergence(tiny, monkeypa
     v = vanilla.generate([1, 2, 3], SimpleNamespace(max_new_tokens=6, temperature=0.0), 0).token_ids
     margin, top1, top2 = lossless.top2_margin(tiny, [1, 2, 3] + v[:2])
     assert top1 == v[2] and margin >= 0
-    other = next(t for t in range(8) if t not in (top1, top2))
+    logits = lossless.next_logits(tiny, [1, 2, 3] + v[:2])
+    other = int(logits.argmin())  # the token the target likes least there
+    gap_other = float(logits.max() - logits[other])
+    assert gap_other > margin
 
     def fake(token):
         out = v[:2] + [token] + v[3:]
@@ -165,8 +169,10 @@ def test_greedy_check_reports_position_and_margin_of_a_divergence(tiny, monkeypa
     assert m.margin == pytest.approx(margin)
     bug = lossless.greedy_check(tiny, fake(top2), vanilla, q, 6, tolerance=margin / 2, log=lambda *_: None)
     assert not bug.passed and bug.mismatches[0].kind == "bug"
-    wrong = lossless.greedy_check(tiny, fake(other), vanilla, q, 6, tolerance=1e9, log=lambda *_: None)
+    wrong = lossless.greedy_check(tiny, fake(other), vanilla, q, 6, tolerance=(margin + gap_other) / 2,
+                                  log=lambda *_: None)  # the runner-up would pass at this tolerance
     assert not wrong.passed and wrong.mismatches[0].kind == "bug"
+    assert wrong.mismatches[0].method_gap == pytest.approx(gap_other)
     same = lossless.greedy_check(tiny, vanilla, vanilla, q, 6, tolerance=1e-4, log=lambda *_: None)
     assert same.passed and same.identical == 1 and same.mismatches == []
 
