@@ -18,9 +18,10 @@ from specharness.target import TargetModel
 from specharness.verify import greedy, speculative_sampling
 
 METHODS = {"pld": ["branches=1", "branches=3"], "recycling": ["nodes=15", "nodes=7:top_k=4"],
-           "lookahead": ["", "window=3:ngram=4:guesses=3"],
-           # hand-given masks: the search's calibration data would cost minutes per fresh cache
-           "self-spec": ["skip=a3,m5,a10,m20", "skip=a1,a2,m1,m2,m3,a25:eta=0:gamma=4"]}
+           "lookahead": [""],
+           # a hand-given mask: the search's calibration data would cost minutes per fresh cache;
+           # long drafting chains (eta=0) are covered on the tiny model by the sampling test
+           "self-spec": ["skip=a3,m5,a10,m20"]}
 
 
 @pytest.fixture(scope="module")
