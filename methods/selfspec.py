@@ -33,7 +33,7 @@ from specharness.engine import DecodeState, Proposal
 from specharness.errors import UsageError
 from specharness.hookspecs import DrafterSpec, hookimpl
 from specharness.options import OptionSpec
-from specharness.paths import cache_root
+from specharness.paths import cache_root, model_slug, write_text_atomic
 from specharness.target import Skip, TargetModel
 
 OPTIONS = [
@@ -146,8 +146,7 @@ def searched_skip(target: TargetModel, options: dict, progress: bool = True) -> 
     key = {k: options[k] for k in ("skip_ratio", "trials", "calibration")}
     tag = hashlib.sha1(json.dumps({"model": target.name, "dtype": str(target.dtype), **key},
                                   sort_keys=True).encode()).hexdigest()[:10]
-    slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in target.name)
-    path = cache_root() / "self-spec" / f"{slug}-{tag}.json"
+    path = cache_root() / "self-spec" / f"{model_slug(target.name)}-{tag}.json"
     if path.is_file():
         return json.loads(path.read_text())
     started = time.perf_counter()
@@ -172,9 +171,7 @@ def searched_skip(target: TargetModel, options: dict, progress: bool = True) -> 
               "history": [{"skip": format_skip(_mask_to_skip(h["bits"], layers)), "matchness": h["score"]}
                           for h in history]}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(result, indent=1))
     return result
 
 
@@ -214,22 +211,23 @@ class SelfSpeculative:
         pass
 
 
-def _skip(target: TargetModel, options: dict) -> Skip:
+def _skip(target: TargetModel, options: dict) -> tuple[Skip, dict | None]:
+    """The mask, and the search's result when it came from the search."""
     if options["skip"].strip() == "search":
-        return parse_skip(searched_skip(target, options)["skip"], target.n_layers)
-    return parse_skip(options["skip"], target.n_layers)
+        found = searched_skip(target, options)
+        return parse_skip(found["skip"], target.n_layers), found
+    return parse_skip(options["skip"], target.n_layers), None
 
 
 def build(target: TargetModel, options: dict) -> SelfSpeculative:
-    return SelfSpeculative(target, _skip(target, options), options["eta"], options["gamma"])
+    return SelfSpeculative(target, _skip(target, options)[0], options["eta"], options["gamma"])
 
 
 def info(target: TargetModel, options: dict) -> dict:
-    skip = _skip(target, options)
+    skip, found = _skip(target, options)
     out = {"skip": format_skip(skip), "skipped_sublayers": len(skip[0]) + len(skip[1]),
            "sublayers": 2 * target.n_layers}
-    if options["skip"].strip() == "search":
-        found = searched_skip(target, options)
+    if found is not None:
         out.update(matchness=found["matchness"], full_model_matchness=found["full_model_matchness"],
                    search=found["search"])
     return out

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from .errors import UsageError
-from .paths import cache_root
+from .paths import cache_root, model_slug, write_text_atomic
 
 CANDIDATES = (("float32", "none"), ("bfloat16", "none"), ("float32", "default"), ("bfloat16", "default"),
               ("bfloat16", "max-autotune"))
@@ -52,7 +52,7 @@ def cpu_name() -> str:
 def machine_key(model: str, device: str, threads: int) -> str:
     dev = torch.cuda.get_device_name() if device.startswith("cuda") and torch.cuda.is_available() else cpu_name()
     raw = f"{model}|{device}|{dev}|{threads}|torch{torch.__version__}"
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in raw)
+    return model_slug(raw)
 
 
 def choice_file(model: str, device: str, threads: int) -> Path:
@@ -72,9 +72,7 @@ def load_choice(model: str, device: str, threads: int) -> dict | None:
 def save_choice(model: str, device: str, threads: int, record: dict) -> Path:
     path = choice_file(model, device, threads)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1))
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(record, indent=1))
     return path
 
 

@@ -9,6 +9,22 @@ import os
 from pathlib import Path
 
 
+def model_slug(name: str) -> str:
+    """A model name as a file-name part (trained drafters and searches are cached per model)."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, fsync, then rename: a reader (or an
+    interrupted run) sees the old file or the new one, never half of one."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
 def cache_root() -> Path:
     """$SPECHARNESS_CACHE, else ~/.cache/specharness."""
     return Path(os.environ.get("SPECHARNESS_CACHE", Path.home() / ".cache" / "specharness"))

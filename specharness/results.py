@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import UsageError
+from .paths import write_text_atomic
 from .records import Generation, QuestionRecord, QuestionResult
 
 FORMAT = "specharness-result/1"
@@ -175,14 +176,6 @@ def iter_result_files(directory: Path) -> Iterator[Path]:
         yield from sorted(p for p in directory.glob("*.jsonl") if meta_path(p).is_file())
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
 
 class ResultWriter:
     """Appends question records to one method's result file; resumes or refuses as asked."""
@@ -210,12 +203,12 @@ class ResultWriter:
             self.meta = meta
         elif self.path.exists():
             self.path.unlink()
-        _write_atomic(meta_path(self.path), json.dumps(self.meta, indent=1) + "\n")
+        write_text_atomic(meta_path(self.path), json.dumps(self.meta, indent=1) + "\n")
         self._fh = open(self.path, "a", encoding="utf-8")
 
     def update_meta(self, **fields: Any) -> None:
         self.meta.update(fields)
-        _write_atomic(meta_path(self.path), json.dumps(self.meta, indent=1) + "\n")
+        write_text_atomic(meta_path(self.path), json.dumps(self.meta, indent=1) + "\n")
 
     def append(self, result: QuestionResult) -> None:
         self._fh.write(json.dumps(question_record(result, self.meta)) + "\n")

@@ -499,7 +499,8 @@ class TargetModel:
 
     def precompile(self, max_width: int = 1) -> int:
         """Compile, now, every width bucket a timed run may meet for the graphs warm-up used:
-        verification graphs (with the head) up to ``max_width``, the others up to the widest seen.
+        verification graphs (full model with the head) up to ``max_width``, the others (drafting
+        graphs, layer-skipping ones included) up to the widest seen.
         Returns the number of graphs compiled."""
         if not self.backend.compiled:
             return 0
@@ -507,7 +508,7 @@ class TargetModel:
         for a, b, head, capture, ids, skip, width in list(self.backend.graphs):
             if width != "wide":
                 sig = (a, b, head, capture, ids, skip)
-                seen[sig] = max(seen.get(sig, 1), max_width if head else width)
+                seen[sig] = max(seen.get(sig, 1), max_width if head and skip == ((), ()) else width)
         before = len(self.backend.graphs)
         cache = self.new_cache(256)
         with torch.inference_mode():

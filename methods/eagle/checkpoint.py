@@ -13,6 +13,7 @@ import torch
 
 from specharness.checkpoint import read_state_dict
 from specharness.errors import UsageError
+from specharness.paths import model_slug
 from specharness.target import TargetModel
 
 from .head import EagleHead
@@ -20,10 +21,6 @@ from .head import EagleHead
 HEAD_ROOT = Path(__file__).with_name("heads")
 VOCAB_KEY = "draft_vocab.token_ids"
 UNTRAINED = "untrained"
-
-
-def model_slug(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
 def shipped_head_dir(target: TargetModel) -> Path:

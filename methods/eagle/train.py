@@ -31,11 +31,11 @@ import torch.nn.functional as F
 from specharness import selfdistill as sd
 from specharness import training
 from specharness.options import OptionSpec
-from specharness.paths import cache_root
+from specharness.paths import cache_root, model_slug
 from specharness.target import TargetModel, attention_mask
 from specharness.tree import Tree
 
-from .checkpoint import model_slug, save_head
+from .checkpoint import save_head
 from .head import EagleHead
 
 OPTIONS = [

@@ -17,6 +17,7 @@ import torch
 
 from specharness.checkpoint import read_state_dict
 from specharness.errors import UsageError
+from specharness.paths import model_slug
 from specharness.target import TargetModel
 
 from .adapter import Adapter
@@ -24,10 +25,6 @@ from .adapter import Adapter
 ADAPTER_ROOT = Path(__file__).with_name("adapters")
 WEIGHT_FILES = ("model.safetensors", "adapter.safetensors", "pytorch_model.bin", "adapter.pt", "model.pt")
 VOCAB_KEY = "draft_vocab.token_ids"
-
-
-def model_slug(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
 def shipped_adapter_dir(target: TargetModel, exit_layer: int) -> Path:

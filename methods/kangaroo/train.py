@@ -34,11 +34,11 @@ from specharness import selfdistill as sd
 from specharness import training
 from specharness.errors import UsageError
 from specharness.options import OptionSpec
-from specharness.paths import cache_root
+from specharness.paths import cache_root, model_slug
 from specharness.target import TargetModel
 
 from .adapter import Adapter
-from .checkpoint import adapter_config, load_adapter, model_slug, save_adapter
+from .checkpoint import adapter_config, load_adapter, save_adapter
 
 OPTIONS = [
     OptionSpec("exit_layer", "int", 2, "early-exit layer l the adapter reads (1..L-1)", min=1),
