@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -316,7 +317,19 @@ def cmd_run(args, methods_arg: list[str]) -> int:
                 w.update_meta(instrumentation_s_per_round=cost, executor={"name": "ray", "workers": workers,
                                                                           "address": args.address, **info})
         else:
-            warm = warm_up(target, methods, questions, settings)
+            warm_started = time.perf_counter()
+
+            def compiling(key) -> None:  # warm-up may compile for many minutes: say what, and for how long
+                a, b, head, _capture, _ids, skip, width = key
+                what = f"layers {a}-{b}{' +head' if head else ''}{' skipping' if skip != ((), ()) else ''}"
+                bar.set_postfix_str(f"warm-up: compiling graph {len(target.backend.graphs) + 1} ({what}, width "
+                                    f"{width}), {time.perf_counter() - warm_started:.0f} s so far", refresh=True)
+
+            target.backend.on_new_graph = compiling
+            try:
+                warm = warm_up(target, methods, questions, settings)
+            finally:
+                target.backend.on_new_graph = None
             if target.backend.compiled:
                 print(f"engine: {target.engine['dtype']} compiled ({target.engine['compile']}): {warm['graphs']} "
                       f"graphs, {warm['compile_s']:.0f} s compiling in warm-up (not timed)", file=sys.stderr)

@@ -23,6 +23,7 @@ import importlib.util
 import json
 import os
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,6 +220,7 @@ class EagerBackend:
         self.stack = stack
         self.graphs: set[tuple] = set()  # (a, b, head, capture, ids?, skip, width) of every graph compiled
         self.compile_s = 0.0
+        self.on_new_graph: Callable[[tuple], None] | None = None  # told before each compile (a progress line)
 
     def width(self, T: int) -> int:
         return T
@@ -272,6 +274,8 @@ class CompiledBackend(EagerBackend):
             torch._dynamo.mark_dynamic(mask, 1)  # the context grows every round
         key = (a, b, head, capture, x.dtype == torch.long, skip, T if T <= WIDTH_BUCKETS[-1] else "wide")
         started = time.perf_counter() if key not in self.graphs else None
+        if started is not None and self.on_new_graph is not None:
+            self.on_new_graph(key)
         if T <= WIDTH_BUCKETS[-1]:
             out = self.narrow(x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip)
         else:

@@ -61,7 +61,14 @@ def test_compiled_tree_and_generation_equal_eager(pair):
 def test_precompile_covers_every_bucket_up_to_the_widest_draft(pair):
     _, (c1, _) = pair
     generate(c1, NoDraft(), greedy, [1, 2, 3], 4)
-    c1.precompile(max_width=5)
+    announced: list[tuple] = []  # warm-up's progress line hears of every compile, before it starts
+    c1.backend.on_new_graph = announced.append
+    try:
+        compiled = c1.precompile(max_width=5)
+        generate(c1, NoDraft(), greedy, [1, 2, 3], 4)  # every graph it needs exists now: nothing announced
+    finally:
+        c1.backend.on_new_graph = None
+    assert len(announced) == compiled and set(announced) <= c1.backend.graphs
     widths = {g[-1] for g in c1.backend.graphs if g[0] == 0 and g[2]}  # the full-depth graphs with the head
     assert {1, 8} <= widths
 
