@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 import time
 import zlib
+from itertools import zip_longest
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -176,13 +177,15 @@ def run_interleaved(target: TargetModel, methods: list[Method], q: Question, qi:
 
 
 def pending(methods: list[Method], questions: list[Question], done: dict[str, set]) -> list[tuple[int, Question, list[Method]]]:
-    """(index, question, methods still to run on it) for every question with work left."""
-    out = []
+    """(index, question, methods still to run on it) for every question with work left, taking the
+    subtasks in turn (the first question of each, then the second, ...): a run stopped part-way has
+    covered every subtask about equally, and ``--resume`` with a larger ``--limit`` extends them all."""
+    by_subtask: dict[str, list] = {}
     for qi, q in enumerate(questions):
         todo = [m for m in methods if q.question_id not in done.get(m.label, set())]
         if todo:
-            out.append((qi, q, todo))
-    return out
+            by_subtask.setdefault(q.subtask, []).append((qi, q, todo))
+    return [item for turn in zip_longest(*by_subtask.values()) for item in turn if item is not None]
 
 
 def run_all(target: TargetModel, methods: list[Method], questions: list[Question], s: Settings,

@@ -90,3 +90,15 @@ def test_a_round_cut_short_by_eos_records_only_the_drafts_it_kept():
     assert last.accepted == eos_at  # drafts kept: up to and including the eos (the first came from the prefill)
     rec = question_record(QuestionResult(1, "qa", "qa", "replay", generations=[g]), {"method": "x", "model": "m"})
     assert sum(rec["choices"][0]["accept_lengths"]) == len(g.token_ids)
+
+
+def test_pending_work_takes_the_subtasks_in_turn_and_skips_what_is_done():
+    from types import SimpleNamespace
+    from specharness.runner import pending
+    from specharness.tasks.specbench import Question
+    qs = [Question(f"{s}{i}", s, s, ("?",)) for s in ("qa", "math", "rag") for i in range(3)]
+    a, b = SimpleNamespace(label="a"), SimpleNamespace(label="b")
+    done = {"a": {"qa0", "math0", "rag0", "qa1"}, "b": {"qa0", "math0", "rag0"}}
+    order = [(qi, q.question_id, [m.label for m in todo]) for qi, q, todo in pending([a, b], qs, done)]
+    assert order == [(1, "qa1", ["b"]), (4, "math1", ["a", "b"]), (7, "rag1", ["a", "b"]),
+                     (2, "qa2", ["a", "b"]), (5, "math2", ["a", "b"]), (8, "rag2", ["a", "b"])]
