@@ -49,6 +49,23 @@ def smol():
 
 
 @pytest.fixture(scope="session")
+def vanilla_greedy(smol):
+    """``ref(prompt_ids, n)``: SmolLM2's vanilla greedy tokens, computed once per prompt, length and
+    thread count for all the greedy-identity tests that compare against them."""
+    from specharness.engine import generate
+    from specharness.methods.vanilla import NoDraft
+    from specharness.verify import greedy
+    memo: dict[tuple, list[int]] = {}
+
+    def ref(prompt_ids, n: int) -> list[int]:
+        key = (tuple(prompt_ids), n, torch.get_num_threads())
+        if key not in memo:
+            memo[key] = generate(smol, NoDraft(), greedy, list(prompt_ids), n).token_ids
+        return list(memo[key])
+    return ref
+
+
+@pytest.fixture(scope="session")
 def sample_questions():
     """Every question of the built-in sample: the file the tests pin."""
     from specharness.tasks.specbench import SAMPLE_FILE, load_questions

@@ -32,9 +32,9 @@ def tiny():
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(mode="chain", depth=4), dict(depth=3, top_k=3, total_tokens=8)])
-def test_greedy_identical_to_vanilla(smol, first_questions, kw):
+def test_greedy_identical_to_vanilla(smol, vanilla_greedy, first_questions, kw):
     prompt = smol.chat_ids([{"role": "user", "content": first_questions[3].turns[0]}])
-    ref = generate(smol, NoDraft(), greedy, prompt, 24).token_ids
+    ref = vanilla_greedy(prompt, 24)
     d = eg.build(smol, options(**kw))
     g = generate(smol, d, greedy, prompt, 24)
     assert g.token_ids == ref

@@ -8,14 +8,13 @@ from collections import Counter
 import pytest
 
 from specharness.methods.early_exit import EarlyExitDrafter
-from specharness.methods.vanilla import NoDraft
 from specharness.distributions import chi_square, exact_sequence_distribution, marginal
 from specharness.engine import Proposal, generate
 from specharness.errors import UsageError
 from specharness.plugins import build_registry
 from specharness.runner import Settings, build_method
 from specharness.target import TargetModel
-from specharness.verify import greedy, speculative_sampling
+from specharness.verify import speculative_sampling
 
 NEW_TOKENS = 24
 # one option set per subtask (in SUBTASKS order), covering shallow/deep exits, gamma 1..6, eta on/off
@@ -51,11 +50,11 @@ def prompts(smol, first_questions):
     return [(q.subtask, smol.chat_ids([{"role": "user", "content": q.turns[0]}])) for q in first_questions]
 
 
-def test_greedy_equals_vanilla_on_every_subtask(smol, prompts):
+def test_greedy_equals_vanilla_on_every_subtask(smol, vanilla_greedy, prompts):
     reg = build_registry()
     assert len(prompts) == len(OPTION_SETS)
     for (subtask, ids), opts in zip(prompts, OPTION_SETS):
-        ref = generate(smol, NoDraft(), greedy, ids, NEW_TOKENS).token_ids
+        ref = vanilla_greedy(ids, NEW_TOKENS)
         method = build_method(reg, "early_exit", {k: str(v) for k, v in opts.items()}, smol, 0.0)
         out = method.generate(ids, Settings(max_new_tokens=NEW_TOKENS), 0)
         assert len(out.token_ids) == len(ref)

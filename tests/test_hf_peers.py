@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from specharness.methods.vanilla import NoDraft
-from specharness.engine import generate
 from specharness.errors import UsageError
 from specharness.plugins import build_registry
 from specharness.runner import Settings, build_method
-from specharness.verify import greedy
 
 NEW_TOKENS = 24
 
@@ -21,8 +18,8 @@ def two_prompts(smol, first_questions):
 
 
 @pytest.fixture(scope="module")
-def vanilla(smol, two_prompts):
-    return [generate(smol, NoDraft(), greedy, ids, NEW_TOKENS).token_ids for _, ids in two_prompts]
+def vanilla(vanilla_greedy, two_prompts):
+    return [vanilla_greedy(ids, NEW_TOKENS) for _, ids in two_prompts]
 
 
 @pytest.mark.parametrize("method, options, n_prompts", [

@@ -82,7 +82,7 @@ def _prompt(target, subtask):
     return target.chat_ids([{"role": "user", "content": q.turns[0]}])
 
 
-def test_greedy_identical_to_vanilla_every_subtask(smol, one_thread):
+def test_greedy_identical_to_vanilla_every_subtask(smol, vanilla_greedy, one_thread):
     grid = _grid()
     subtasks = sorted({g[0] for g in grid})
     assert len(subtasks) == 6
@@ -95,7 +95,7 @@ def test_greedy_identical_to_vanilla_every_subtask(smol, one_thread):
     for sub, eta, layer, gamma in grid:
         if sub not in prompts:
             prompts[sub] = _prompt(smol, sub)
-            refs[sub] = generate(smol, NoDraft(), greedy, prompts[sub], 32).token_ids
+            refs[sub] = vanilla_greedy(prompts[sub], 32)
         adapter = "" if (layer == 2 and shipped) else "random"
         d = kg.build(smol, {"exit_layer": layer, "eta": eta, "gamma": gamma, "adapter": adapter})
         gen = generate(smol, d, greedy, prompts[sub], 32)
@@ -117,11 +117,11 @@ def test_greedy_identical_to_vanilla_every_subtask(smol, one_thread):
         print("near-ties accepted:", ties)
 
 
-def test_greedy_full_head_and_draft_vocab_identical(smol, one_thread):
+def test_greedy_full_head_and_draft_vocab_identical(smol, vanilla_greedy, one_thread):
     if not kc.shipped_adapter_dir(smol, 2).is_dir():
         pytest.skip("no shipped adapter")
     prompt = _prompt(smol, "qa")
-    ref = generate(smol, NoDraft(), greedy, prompt, 32).token_ids
+    ref = vanilla_greedy(prompt, 32)
     for dv in (0, 512):
         gen = generate(smol, kg.build(smol, {"draft_vocab": dv}), greedy, prompt, 32)
         _check_greedy_identical(smol, prompt, ref, gen.token_ids, f"draft_vocab={dv}")

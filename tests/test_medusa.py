@@ -34,7 +34,7 @@ def prompts(smol, first_questions):
     return [(q.subtask, smol.chat_ids([{"role": "user", "content": q.turns[0]}])) for q in first_questions]
 
 
-def test_greedy_equals_vanilla_on_every_subtask_with_untrained_heads(smol, prompts):
+def test_greedy_equals_vanilla_on_every_subtask_with_untrained_heads(smol, vanilla_greedy, prompts):
     reg = build_registry()
     variants = [  # one per subtask: heads through the registered method, and in-memory ones
         ("random heads=4 (default)", lambda: build_method(reg, "medusa", ["heads_path=random"], smol, 0.0)),
@@ -47,19 +47,19 @@ def test_greedy_equals_vanilla_on_every_subtask_with_untrained_heads(smol, promp
     assert len(prompts) == len(variants)
     s = Settings(max_new_tokens=NEW_TOKENS)
     for (subtask, ids), (label, make) in zip(prompts, variants):
-        ref = generate(smol, NoDraft(), greedy, ids, NEW_TOKENS).token_ids
+        ref = vanilla_greedy(ids, NEW_TOKENS)
         m = make()
         out = m.generate(ids, s, 0) if hasattr(m, "generate") else generate(smol, m, greedy, ids, NEW_TOKENS)
         assert len(out.token_ids) == len(ref) and sum(r.drafted for r in out.rounds) > 0
         assert_same_or_near_tie(smol, ids, ref, out.token_ids, f"medusa {label} on {subtask}")
 
 
-def test_head_k_drafts_k_tokens_ahead(smol):
+def test_head_k_drafts_k_tokens_ahead(smol, vanilla_greedy):
     """With the target's own head on an identity block, head 1 repeats the current token's
     prediction: on a text that repeats itself, drafts are accepted (the offsets line up)."""
     ids = smol.chat_ids([{"role": "user", "content": "Repeat exactly, ten times: 'a a a a a a a a'"}])
     out = generate(smol, MedusaDrafter(smol, official_init(smol, 1)), greedy, ids, 24)
-    assert out.token_ids == generate(smol, NoDraft(), greedy, ids, 24).token_ids
+    assert out.token_ids == vanilla_greedy(ids, 24)
     assert sum(r.accepted for r in out.rounds) > 0
 
 
@@ -210,13 +210,13 @@ def test_sampling_is_lossless(tiny, tmp_path, kind):
 
 # ---- trees --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("tree", ["sized", "mc_sim_7b_63"])
-def test_tree_greedy_equals_vanilla(smol, prompts, tree):
+def test_tree_greedy_equals_vanilla(smol, vanilla_greedy, prompts, tree):
     reg = build_registry()
     m = build_method(reg, "medusa", ["heads_path=random", f"tree={tree}"], smol, 0.0)
     s = Settings(max_new_tokens=NEW_TOKENS)
     widths = set()
     for subtask, ids in prompts[:3]:
-        ref = generate(smol, NoDraft(), greedy, ids, NEW_TOKENS).token_ids
+        ref = vanilla_greedy(ids, NEW_TOKENS)
         out = m.generate(ids, s, 0)
         widths |= {r.width for r in out.rounds[1:]}
         assert_same_or_near_tie(smol, ids, ref, out.token_ids, f"medusa tree={tree} on {subtask}")
