@@ -6,8 +6,8 @@
 # Run it with nothing else on the machine. Rerunning resumes the same files (--resume).
 # History of the committed files (2026-11-30): a first process was stopped after MT-bench question 81
 # (to take the subtasks in turn); q81's answers for every method but self-spec come from it, and its
-# vanilla turn 1 took 58-80 s while graphs compiled, so the MT-bench cells are not usable until q81 is
-# rerun. The second process ran the rest (1100 s warm-up, 491 s of it compiling; 3 graphs still
+# vanilla turn 1 took 58-80 s while graphs compiled, so q81's records were removed from every file
+# (MT-bench has 9 questions until this script is run again: --resume redoes q81 only). The second process ran the rest (1100 s warm-up, 491 s of it compiling; 3 graphs still
 # compiled while timing). The certification was stopped for lack of session time (eagle and
 # hf-generate: 0 bugs); the report here has no identity table yet: run the last two lines.
 set -euo pipefail
