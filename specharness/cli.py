@@ -320,10 +320,8 @@ def cmd_run(args, methods_arg: list[str]) -> int:
             warm_started = time.perf_counter()
 
             def compiling(key) -> None:  # warm-up may compile for many minutes: say what, and for how long
-                a, b, head, _capture, _ids, skip, width = key
-                what = f"layers {a}-{b}{' +head' if head else ''}{' skipping' if skip != ((), ()) else ''}"
-                bar.set_postfix_str(f"warm-up: compiling graph {len(target.backend.graphs) + 1} ({what}, width "
-                                    f"{width}), {time.perf_counter() - warm_started:.0f} s so far", refresh=True)
+                bar.set_postfix_str(f"warm-up: compiling graph {len(target.backend.graphs) + 1} ({key.describe()}), "
+                                    f"{time.perf_counter() - warm_started:.0f} s so far", refresh=True)
 
             target.backend.on_new_graph = compiling
             try:

@@ -176,7 +176,6 @@ def iter_result_files(directory: Path) -> Iterator[Path]:
         yield from sorted(p for p in directory.glob("*.jsonl") if meta_path(p).is_file())
 
 
-
 class ResultWriter:
     """Appends question records to one method's result file; resumes or refuses as asked."""
 

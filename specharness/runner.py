@@ -11,8 +11,8 @@ from __future__ import annotations
 import statistics
 import time
 import zlib
-from itertools import zip_longest
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from typing import Callable
 
 from .engine import generate

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -210,6 +211,22 @@ Skip = tuple[tuple[int, ...], tuple[int, ...]]  # (layers whose attention, layer
 WIDTH_BUCKETS = (1, 8, 16, 32, 64)  # compiled graphs see these widths (padded; the curve is flat to 8); wider: dynamic
 
 
+class GraphKey(NamedTuple):
+    """What one compiled graph is specialised on."""
+
+    a: int  # first decoder layer
+    b: int  # one past the last
+    head: bool  # ends with the final norm and LM head
+    capture: tuple[int, ...]  # layers whose hidden states it hands back
+    ids: bool  # takes token ids (embeds them) rather than hidden states
+    skip: Skip
+    width: int | str  # positions (a bucket), or "wide" (one dynamic-width graph)
+
+    def describe(self) -> str:
+        return (f"layers {self.a}-{self.b}{' +head' if self.head else ''}"
+                f"{' skipping' if self.skip != ((), ()) else ''}, width {self.width}")
+
+
 class EagerBackend:
     """The stack as written, op by op."""
 
@@ -218,9 +235,9 @@ class EagerBackend:
 
     def __init__(self, stack: DecoderStack) -> None:
         self.stack = stack
-        self.graphs: set[tuple] = set()  # (a, b, head, capture, ids?, skip, width) of every graph compiled
+        self.graphs: set[GraphKey] = set()  # every graph compiled
         self.compile_s = 0.0
-        self.on_new_graph: Callable[[tuple], None] | None = None  # told before each compile (a progress line)
+        self.on_new_graph: Callable[[GraphKey], None] | None = None  # told before each compile (a progress line)
 
     def width(self, T: int) -> int:
         return T
@@ -272,7 +289,7 @@ class CompiledBackend(EagerBackend):
         T = x.shape[0]
         if mask.shape[1] > 1:
             torch._dynamo.mark_dynamic(mask, 1)  # the context grows every round
-        key = (a, b, head, capture, x.dtype == torch.long, skip, T if T <= WIDTH_BUCKETS[-1] else "wide")
+        key = GraphKey(a, b, head, capture, x.dtype == torch.long, skip, T if T <= WIDTH_BUCKETS[-1] else "wide")
         started = time.perf_counter() if key not in self.graphs else None
         if started is not None and self.on_new_graph is not None:
             self.on_new_graph(key)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 
 from specharness.methods.vanilla import NoDraft
 from specharness.engine import generate
 from specharness.plugins import build_registry
-from specharness.runner import Settings, build_method, run_question
+from specharness.runner import Settings, build_method, pending, run_question
+from specharness.tasks.specbench import Question
 from specharness.verify import greedy, speculative_sampling
 
 
@@ -93,9 +95,6 @@ def test_a_round_cut_short_by_eos_records_only_the_drafts_it_kept():
 
 
 def test_pending_work_takes_the_subtasks_in_turn_and_skips_what_is_done():
-    from types import SimpleNamespace
-    from specharness.runner import pending
-    from specharness.tasks.specbench import Question
     qs = [Question(f"{s}{i}", s, s, ("?",)) for s in ("qa", "math", "rag") for i in range(3)]
     a, b = SimpleNamespace(label="a"), SimpleNamespace(label="b")
     done = {"a": {"qa0", "math0", "rag0", "qa1"}, "b": {"qa0", "math0", "rag0"}}
