@@ -87,6 +87,7 @@ class GenerationSettings:
 
 # The recipe every trainer offers with the same names, defaults and ranges: trainers given the same
 # values share one generated data set (``default_dir`` names it after the model and the recipe).
+# ``held_out`` and ``train_conversations`` choose rows of that set (``split_rows``), not its text.
 RECIPE_OPTIONS = [
     OptionSpec("conversations", "int", 512, "self-generated conversations (shared recipe: trainers with the "
                "same values reuse one data set)", min=8),
@@ -94,6 +95,9 @@ RECIPE_OPTIONS = [
     OptionSpec("seed", "int", 0, "seed of the data sampling (shared recipe), the held-out split, shuffling and "
                "initialisation"),
     OptionSpec("held_out", "float", 0.05, "share of conversations held out for agreement", min=0.0, max=0.5),
+    OptionSpec("train_conversations", "int", 0, "train on this many of the non-held-out conversations (0 = all; "
+               "smaller sets are nested in larger ones and the held-out set stays the same: a data-scaling "
+               "curve)", min=0),
     OptionSpec("gen_batch", "int", 32, "conversations generated per batch (changes speed, not the data)", min=1),
     OptionSpec("data", "str", "", "self-distillation data directory (default: the shared one in the cache, "
                "named after the model and the recipe; reused when it matches)"),
@@ -506,12 +510,26 @@ def examples(dataset, indices: list[int] | None = None) -> Iterator[tuple[torch.
         yield (torch.tensor(row["input_ids"], dtype=torch.long), torch.tensor(row["loss_mask"], dtype=torch.bool))
 
 
-def split(n_rows: int, held_out: float, seed: int = 0) -> tuple[list[int], list[int]]:
-    """A deterministic train / held-out split of row indices (shuffled by ``seed``)."""
+def split(n_rows: int, held_out: float, seed: int = 0, train_limit: int = 0) -> tuple[list[int], list[int]]:
+    """A deterministic train / held-out split of row indices (shuffled by ``seed``).
+
+    ``train_limit`` > 0 keeps that many training rows, the first of the same shuffle: smaller
+    training sets are nested in larger ones and the held-out rows never change, so a data-scaling
+    curve compares every size on one held-out set.
+    """
     g = torch.Generator().manual_seed(seed)
     perm = torch.randperm(n_rows, generator=g).tolist()
     n_held = max(1, int(round(n_rows * held_out))) if held_out > 0 and n_rows > 1 else 0
-    return sorted(perm[n_held:]), sorted(perm[:n_held])
+    train = perm[n_held:]
+    if train_limit > len(train):
+        raise UsageError(f"train_conversations={train_limit} asks for more than the {len(train)} training "
+                         f"conversations the data has ({n_rows} minus {n_held} held out); raise conversations")
+    return sorted(train[:train_limit] if train_limit else train), sorted(perm[:n_held])
+
+
+def split_rows(n_rows: int, options: dict) -> tuple[list[int], list[int]]:
+    """The train / held-out rows a trainer's ``RECIPE_OPTIONS`` values ask for."""
+    return split(n_rows, options["held_out"], options["seed"], options["train_conversations"])
 
 
 def token_frequencies(dataset, vocab_size: int) -> torch.Tensor:

@@ -18,6 +18,25 @@ from .checkpoint import save_atomic
 from .errors import UsageError
 
 STATE_FILE = "train_state.pt"
+SUMMARY_KEY = "held_out_summary"  # in every trainer's report.json: what a result header quotes
+
+
+def held_out_summary(train_rows: list[int], held_rows: list[int], top1: float, top1_own_prefix: float,
+                     positions: int) -> dict:
+    """The few numbers a data-scaling comparison needs from a trained drafter, named alike for every
+    trainer: held-out top-1 agreement on the target's own continuation, and on the drafter's own
+    drafted prefix (depth 2 after a right depth-1 draft): their difference is the off-policy gap."""
+    return {"train_conversations": len(train_rows), "held_out_conversations": len(held_rows),
+            "top1": top1, "top1_own_prefix": top1_own_prefix, "positions": positions}
+
+
+def checkpoint_summary(path: str | Path | None) -> dict:
+    """``held_out_summary`` from the report.json beside a checkpoint (empty when there is none), so
+    result headers say what each checkpoint was trained on and a report needs no checkpoint."""
+    try:
+        return dict(json.loads((Path(path) / "report.json").read_text()).get(SUMMARY_KEY) or {})
+    except (OSError, TypeError, ValueError):
+        return {}
 
 
 def claim_out_dir(out: Path, resume: bool) -> Path:

@@ -46,7 +46,7 @@ def write_run(path: Path, method: str, options: dict, questions: list[tuple], ga
               accept: float = 0.0, draft_cost: float = 0.0, noise: float = 0.02, repeats: int = 3,
               tokens: int = 24, seed: int = 0, oracle: bool = False, temperature: float = 0.0,
               extra_params: int = 0, command: str = "python -m specharness compare (fixture)",
-              unstable_ids: tuple = ()) -> Path:
+              unstable_ids: tuple = (), drafter_info: dict | None = None) -> Path:
     """One result file; ``questions`` = [(question_id, subtask, n_turns)]."""
     rng = random.Random(f"{seed}-{method}-{json.dumps(options, sort_keys=True)}")
     meta = {"format": FORMAT, "command": command, "git_commit": "fixture", "model": "fixture-model",
@@ -54,7 +54,7 @@ def write_run(path: Path, method: str, options: dict, questions: list[tuple], ga
             "verifier": "greedy", "max_new_tokens": tokens, "temperature": temperature, "seed": 0,
             "repeats": repeats, "warmup": 0, "extra_params": extra_params, "target_params": 134_515_008,
             "option_defaults": DEFAULTS.get(method, {}),
-            "created": "2026-01-01T00:00:00"}
+            "created": "2026-01-01T00:00:00", **({"drafter_info": drafter_info} if drafter_info else {})}
     path.parent.mkdir(parents=True, exist_ok=True)
     meta_path(path).write_text(json.dumps(meta, indent=1))
     with open(path, "w") as fh:
@@ -85,7 +85,8 @@ def questions(per_subtask: int = 3) -> list[tuple]:
 
 def write_fixture(directory: Path, per_subtask: int = 3) -> dict[str, Path]:
     """vanilla, kangaroo (main + adapter ablation + exit-layer sweep + eta x gamma sweep),
-    an oracle stop for gamma 4/6/8, and a fixed-gamma early exit."""
+    an oracle stop for gamma 4/6/8, an EAGLE head trained on two data sizes, and a fixed-gamma
+    early exit."""
     qs = questions(per_subtask)
     files = {"vanilla": write_run(directory / "vanilla.jsonl", "vanilla", {}, qs,
                                   unstable_ids=(qs[0][0],))}
@@ -108,6 +109,11 @@ def write_fixture(directory: Path, per_subtask: int = 3) -> dict[str, Path]:
         files[f"oracle-g{gamma}"] = write_run(
             directory / f"oracle-g{gamma}.jsonl", "kangaroo-oracle", {"exit_layer": 2, "gamma": gamma}, qs,
             gamma=gamma, accept=0.5, draft_cost=STEP * 3.5 / 30, oracle=True)
+    for n, acc in ((256, 0.3), (1024, 0.45)):  # one learned drafter trained on two data sizes
+        files[f"eagle-{n}"] = write_run(
+            directory / f"eagle-{n}.jsonl", "eagle", {"head": f"heads/{n}"}, qs, gamma=5, accept=acc,
+            draft_cost=STEP * 2 / 30, drafter_info={"training": {
+                "train_conversations": n, "held_out_conversations": 55, "top1": acc, "top1_own_prefix": acc - 0.05}})
     files["early_exit"] = write_run(directory / "early_exit.jsonl", "early_exit",
                                     {"exit_layer": 2, "gamma": 6, "eta": 0.0}, qs, gamma=6, accept=0.1,
                                     draft_cost=STEP * 3 / 30)

@@ -323,3 +323,16 @@ def test_trainer_bad_options(tiny, tmp_path):
         kt.run(tiny, opts, tmp_path, True)
     with pytest.raises(UsageError):
         resolve_options("kangaroo", kt.OPTIONS, {"held_out": 0.9})
+
+
+def test_held_out_agreement_on_its_own_prefix_counts_the_position_after_each_hit(monkeypatch):
+    """Positions 0, 1, 2 and 4 are trained; drafts hit at 0, 1 and 4. After a hit whose next position
+    is trained (0 -> 1, 1 -> 2) the next draft hits once in two; 4 has no trained successor."""
+    from specharness.methods.kangaroo import train as kt
+    top1 = torch.tensor([5, 6, 7, 8])
+    drafted = torch.tensor([5, 6, 0, 8])
+    monkeypatch.setattr(kt, "_step_outputs", lambda t, a, x, sel, subset: torch.nn.functional.one_hot(drafted, 10).float())
+    batch = (torch.zeros(5, 2), torch.tensor([0, 1, 2, 4]), top1[:, None], torch.ones(4, 1), top1)
+    got = kt._evaluate(None, None, lambda i: batch, [0], None, None)
+    assert got["top1_agreement"] == 0.75 and got["positions"] == 4
+    assert got["top1_own_prefix"] == 0.5

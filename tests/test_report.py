@@ -13,8 +13,9 @@ from specharness.results import read_results
 EVERYTHING = ["table1.md", "table1.tex", "detail.md", "detail.tex", "acceptance.md", "acceptance.tex", "table2.md", "table2.tex",
               "cost_model.md", "cost_model.tex", "identity.md", "identity.tex",
               "paired_tests.md", "oracle_vs_eta.md",
-              "oracle_vs_eta.tex", "best_eta.md", "best_eta.tex", "report.md", "report.json"] + [
-    f"{name}.{ext}" for name in ("fig1a_ctar", "fig1b_speedup", "fig3a_exit_layer", "fig3b_eta")
+              "oracle_vs_eta.tex", "best_eta.md", "best_eta.tex", "data_scaling.md", "data_scaling.tex",
+              "report.md", "report.json"] + [
+    f"{name}.{ext}" for name in ("fig1a_ctar", "fig1b_speedup", "fig3a_exit_layer", "fig3b_eta", "fig_data_scaling")
     for ext in ("png", "pdf")]
 
 
@@ -63,8 +64,10 @@ def test_table1_numbers_match_the_statistics(built):
         assert col in header
     lines = [ln for ln in md.splitlines() if ln.startswith("| ")][1:]
     # main runs only: vanilla, kangaroo, early_exit and kangaroo-oracle, each at its declared defaults
-    # (the oracle files differ in gamma; the plugin's default gamma 6 picks one)
-    assert len(lines) == 4 and lines[0].startswith("| vanilla")
+    # (the oracle files differ in gamma; the plugin's default gamma 6 picks one), and both EAGLE heads
+    # (no declared defaults, and neither head is the more common: every file of the method)
+    assert len(lines) == 6 and lines[0].startswith("| vanilla")
+    assert sum(ln.startswith("| eagle") for ln in lines) == 2
     assert sum(ln.startswith("| kangaroo-oracle") for ln in lines) == 1
     assert "†" in md  # the fixture's vanilla has one unstable question
     tex = (out / "table1.tex").read_text()
@@ -144,7 +147,8 @@ def test_missing_data_skips_with_a_note(tmp_path, capsys):
     out = tmp_path / "out"
     assert run_report([str(tmp_path / "vanilla.jsonl"), str(tmp_path / "m.jsonl"), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    for fig in ("Figure 3(a) skipped", "Figure 3(b) skipped", "Table 2 (ablation) skipped"):
+    for fig in ("Figure 3(a) skipped", "Figure 3(b) skipped", "Table 2 (ablation) skipped",
+                "data-scaling section skipped"):
         assert fig in printed
     assert (out / "table1.md").is_file() and (out / "fig1b_speedup.png").is_file()
     assert not (out / "fig3a_exit_layer.png").exists()
@@ -203,3 +207,28 @@ def test_a_file_that_mixes_hardware_is_warned_about_and_grouped(tmp_path):
     table = (tmp_path / "out" / "hardware.md").read_text()
     assert "node0 / cpu-y / 1 threads" in table and "node1 / cpu-x / 1 threads" in table
     assert not any("kangaroo" in n and "mixes" in n for n in data["notes"])
+
+
+def test_data_scaling_pairs_each_checkpoints_training_with_its_cr(tmp_path):
+    """Two Kangaroo checkpoints trained on 256 and 1024 conversations (their headers say so) and an
+    EAGLE head of one size only: the section shows Kangaroo's two points, CR from the runs, and the
+    off-policy gap from the training summaries; EAGLE, with one size, has no curve."""
+    import json
+    qs = questions(2)
+    write_run(tmp_path / "vanilla.jsonl", "vanilla", {}, qs)
+    for n, accept, top1 in ((256, 0.2, 0.30), (1024, 0.7, 0.45)):
+        info = {"training": {"train_conversations": n, "held_out_conversations": 55, "top1": top1,
+                             "top1_own_prefix": top1 - 0.1, "positions": 900}}
+        write_run(tmp_path / f"k{n}.jsonl", "kangaroo", {"adapter": f"/ckpt/k{n}"}, qs, gamma=4, accept=accept,
+                  draft_cost=0.002, drafter_info=info)
+    write_run(tmp_path / "e.jsonl", "eagle", {"head": "/ckpt/e"}, qs, gamma=4, accept=0.5, draft_cost=0.002,
+              drafter_info={"training": {"train_conversations": 256, "top1": 0.4}})
+    out = tmp_path / "out"
+    assert run_report([str(tmp_path), "--out", str(out)]) == 0
+    md = (out / "data_scaling.md").read_text()
+    assert "| kangaroo | 256 |" in md and "| kangaroo | 1024 |" in md and "eagle" not in md
+    assert "10.0%" in md  # the off-policy gap, top1 - own prefix
+    assert (out / "fig_data_scaling.png").is_file()
+    points = json.loads((out / "report.json").read_text())["data_scaling"]["kangaroo"]
+    assert [p["train_conversations"] for p in points] == [256, 1024]
+    assert points[1]["cr"]["value"] > points[0]["cr"]["value"]  # more accepted drafts, higher CR

@@ -78,6 +78,11 @@ def test_reuse_split_and_frequencies(data):
     assert not sd.matches(meta, target, sd.GenerationSettings(conversations=3))
     tr, ho = sd.split(10, 0.2, seed=1)
     assert sorted(tr + ho) == list(range(10)) and len(ho) == 2 and sd.split(10, 0.2, seed=1) == (tr, ho)
+    small, ho3 = sd.split(10, 0.2, seed=1, train_limit=3)
+    mid, ho5 = sd.split(10, 0.2, seed=1, train_limit=5)
+    assert ho3 == ho5 == ho and len(small) == 3 and set(small) < set(mid) < set(tr)  # nested, one held-out set
+    with pytest.raises(UsageError, match="train_conversations=9 .* 8 training"):
+        sd.split(10, 0.2, seed=1, train_limit=9)
     freq = sd.token_frequencies(ds, target.vocab_size)
     assert int(freq.sum()) == sum(len(r["input_ids"]) - r["prompt_len"] for r in ds)
 

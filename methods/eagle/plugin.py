@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from specharness.hookspecs import DrafterSpec, TrainerSpec, hookimpl
+from specharness.training import checkpoint_summary
 
 from . import train
-from .checkpoint import load_head, resolve_head_path
+from .checkpoint import UNTRAINED, load_head, resolve_head_path
 from .drafter import OPTIONS, build
 
 
@@ -13,10 +14,17 @@ def _params(target, options: dict) -> int:
     return load_head(resolve_head_path(target, options["head"]), target, options["draft_vocab"])[0].n_parameters
 
 
+def _info(target, options: dict) -> dict:
+    """Tree or chain, which head, and (from its report.json) what that head was trained on."""
+    path = resolve_head_path(target, options["head"])
+    trained = checkpoint_summary(path) if path != UNTRAINED else {}
+    return {"tree": options["mode"], "head": options["head"] or "shipped", **({"training": trained} if trained else {})}
+
+
 @hookimpl
 def specharness_drafters() -> list[DrafterSpec]:
     return [DrafterSpec("eagle", build, OPTIONS, params=_params,
-                        info=lambda target, options: {"tree": options["mode"], "head": options["head"] or "shipped"},
+                        info=_info,
                         tiny_options={"head": "untrained", "draft_vocab": 0},
                         help="EAGLE-2: a one-layer head over [token ; target feature] drafts a dynamic tree "
                              "(EAGLE-1's chain with -o mode=chain); the target verifies it in one forward")]

@@ -106,8 +106,13 @@ def logits_of(target: TargetModel, feats: torch.Tensor, subset: torch.Tensor | N
 
 @torch.no_grad()
 def evaluate(head, target, convs: Conversations, indices: list[int], subset, rows) -> dict:
-    """Held-out top-1 agreement at draft depth 1 (true features), 2 and 3 (the head's own)."""
+    """Held-out top-1 agreement at draft depth 1 (true features), 2 and 3 (the head's own).
+
+    ``top1_own_prefix``: depth-2 agreement among positions whose depth-1 draft agreed, i.e. on the
+    head's own drafted prefix (its token right, its feature its own), as a chain meets it.
+    """
     hits, total, loss = [0, 0, 0], [0, 0, 0], 0.0
+    after, after_hit = 0, 0
     to_id = (lambda j: rows[j]) if rows is not None else (lambda j: j)
     for i in indices:
         ids, feat, sel, _, _, argmax = convs(i)
@@ -130,12 +135,18 @@ def evaluate(head, target, convs: Conversations, indices: list[int], subset, row
             valid = w >= 0
             hits[depth] += int((got[valid] == w[valid]).sum())
             total[depth] += int(valid.sum())
+            if depth == 1:
+                chained = first_hit[:n] & valid
+                after += int(chained.sum())
+                after_hit += int((chained & (got == w)).sum())
             if depth == 0:
+                first_hit = valid & (got == w)
                 loss += float(F.smooth_l1_loss(out[:len(feat) - 1], feat[1:len(out) + 1], reduction="none").mean(-1).sum())
             # next depth: position t now reads the head's own feature of t + depth + 1
             x, f = x[1:], out[:-1]
     return {"top1_depth1": hits[0] / max(total[0], 1), "top1_depth2": hits[1] / max(total[1], 1),
-            "top1_depth3": hits[2] / max(total[2], 1), "positions": total[0],
+            "top1_depth3": hits[2] / max(total[2], 1), "top1_own_prefix": after_hit / max(after, 1),
+            "positions": total[0],
             "feature_loss": loss / max(total[0], 1)}
 
 
@@ -153,7 +164,7 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
     t0 = time.perf_counter()
     feats = sd.features(target, ds, meta, data_dir, L, options["topk"])
     t_teacher = time.perf_counter() - t0
-    train_idx, held_idx = sd.split(len(ds), options["held_out"], options["seed"])
+    train_idx, held_idx = sd.split_rows(len(ds), options)
     order, rows, coverage = _rows(ds, train_idx, target.vocab_size, options["draft_vocab"])
     subset = target.head_rows(rows) if rows is not None else None
     convs = Conversations(ds, feats, target, rows)
@@ -200,6 +211,8 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
         "epochs": options["epochs"], "optimizer_steps": total_steps, "train_wall_s": train_s, "train_flops": train_flops,
         "head_params": n_head, "head_share_of_target_params": n_head / target.n_parameters,
         "held_out": final, "untrained_held_out": baseline, "history": history, "options": options,
+        training.SUMMARY_KEY: training.held_out_summary(train_idx, held_idx, final["top1_depth1"],
+                                                        final.get("top1_own_prefix"), final["positions"]),
         "wall_s_this_invocation": time.perf_counter() - started, "data_wall_s_this_invocation": t_data,
     }
     save_head(head.to(target.dtype), out, target, order, options["draft_vocab"],

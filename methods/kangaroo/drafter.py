@@ -37,6 +37,7 @@ from specharness.engine import DecodeState, Proposal
 from specharness.errors import UsageError
 from specharness.options import OptionSpec, resolve_options
 from specharness.target import TargetModel
+from specharness.training import checkpoint_summary
 
 from .adapter import Adapter
 from .checkpoint import load_adapter, shipped_adapter_dir
@@ -145,6 +146,14 @@ class KangarooDrafter:
 
 
 # ---- building from options ---------------------------------------------------------------------------
+def _adapter_dir(target: TargetModel, opts: dict) -> Path | None:
+    """The checkpoint directory ``-o adapter`` names (the shipped one when empty; None for random)."""
+    ref = (opts["adapter"] or "").strip()
+    if ref.startswith("random"):
+        return None
+    return Path(ref) if ref else shipped_adapter_dir(target, opts["exit_layer"])
+
+
 def _resolve_adapter(target: TargetModel, opts: dict) -> tuple[Adapter, torch.Tensor | None, dict]:
     l = opts["exit_layer"]
     ref = (opts["adapter"] or "").strip()
@@ -156,7 +165,7 @@ def _resolve_adapter(target: TargetModel, opts: dict) -> tuple[Adapter, torch.Te
             except (IndexError, ValueError):
                 raise UsageError(f"option kangaroo.adapter='{ref}': write 'random' or 'random:SEED'") from None
         return Adapter.for_target(target, seed=seed).eval(), None, {"source": f"random (seed {seed})"}
-    path = Path(ref) if ref else shipped_adapter_dir(target, l)
+    path = _adapter_dir(target, opts)
     if not ref and not path.is_dir():
         raise UsageError(f"no shipped Kangaroo adapter for '{target.name}' at exit_layer {l}; train one with "
                          f"'python -m specharness train kangaroo -o exit_layer={l} --out DIR' and pass "
@@ -207,6 +216,11 @@ def extra_params(target: TargetModel, options: dict) -> int:
 
 
 def adapter_info(target: TargetModel, options: dict) -> dict:
-    """The adapter's layout for Table 2: feed-forward block or not, shared or own LM head."""
-    adapter, _, _ = _resolve_adapter(target, resolve_options("kangaroo", OPTIONS, options))
-    return {"ffn": adapter.ffn, "lm_head": f"own ({adapter.own_head_rows} rows)" if adapter.own_head_rows else "shared"}
+    """The adapter's layout for Table 2 (feed-forward block or not, shared or own LM head) and, from
+    its report.json, what it was trained on (for the data-scaling figure)."""
+    opts = resolve_options("kangaroo", OPTIONS, options)
+    adapter, _, _ = _resolve_adapter(target, opts)
+    path = _adapter_dir(target, opts)
+    trained = checkpoint_summary(path) if path else {}
+    return {"ffn": adapter.ffn, "lm_head": f"own ({adapter.own_head_rows} rows)" if adapter.own_head_rows else "shared",
+            **({"training": trained} if trained else {})}

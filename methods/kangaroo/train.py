@@ -97,8 +97,13 @@ def _step_outputs(target, adapter, x, sel, subset):
 
 
 def _evaluate(target, adapter, batches, indices, rows, subset) -> dict:
-    """Held-out loss and top-1 agreement (draft argmax over its head == target argmax)."""
-    tot, agree, loss_sum = 0, 0, 0.0
+    """Held-out loss and top-1 agreement (draft argmax over its head == target argmax).
+
+    ``top1_own_prefix``: agreement at the next answer position among positions whose draft agreed.
+    That is what a drafted chain meets at depth 2: the adapter reads only the target's own shallow
+    states, so once its first draft is right its second sees exactly the teacher-forced input.
+    """
+    tot, agree, loss_sum, after, after_hit = 0, 0, 0.0, 0, 0
     with torch.no_grad():
         for i in indices:
             x, sel, ids, probs, top1 = batches(i)
@@ -110,9 +115,15 @@ def _evaluate(target, adapter, batches, indices, rows, subset) -> dict:
             pred = logits.argmax(-1).cpu()
             if rows is not None:
                 pred = rows.cpu()[pred]
-            agree += int((pred == top1).sum())
+            hit = pred == top1
+            agree += int(hit.sum())
             tot += len(sel)
-    return {"positions": tot, "loss": loss_sum / max(tot, 1), "top1_agreement": agree / max(tot, 1)}
+            pos = sel.cpu()
+            chained = hit[:-1] & (pos[1:] == pos[:-1] + 1)  # right here, and the next position is trained
+            after += int(chained.sum())
+            after_hit += int((chained & hit[1:]).sum())
+    return {"positions": tot, "loss": loss_sum / max(tot, 1), "top1_agreement": agree / max(tot, 1),
+            "top1_own_prefix": after_hit / max(after, 1)}
 
 
 def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) -> dict:
@@ -134,7 +145,7 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
     ds, meta, reused = sd.load_or_generate(target, s, data_dir)
     t_data = time.perf_counter() - started
     feats = sd.features(target, ds, meta, data_dir, l, options["topk"])
-    train_idx, held_idx = sd.split(len(ds), options["held_out"], options["seed"])
+    train_idx, held_idx = sd.split_rows(len(ds), options)
     n_v = options["draft_vocab"]
     freq = sd.token_frequencies(ds.select(train_idx), target.vocab_size)
     order = torch.argsort(-freq.double() + torch.arange(target.vocab_size) * 1e-9)  # ties: lower id first
@@ -196,6 +207,8 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
         "final_train_loss": history[-1]["train_loss"] if history else None,
         "final_held_out_loss": final["loss"], "held_out_top1_agreement": final["top1_agreement"],
         "untrained_held_out_top1_agreement": baseline["top1_agreement"],
+        training.SUMMARY_KEY: training.held_out_summary(train_idx, held_idx, final["top1_agreement"],
+                                                        final.get("top1_own_prefix"), final["positions"]),
         "history": history, "options": options,
         "wall_s_this_invocation": time.perf_counter() - started,
         "data_wall_s_this_invocation": t_data,

@@ -172,7 +172,7 @@ def run(target, options: dict, out_dir: Path | None, resume: bool, progress: boo
     t0 = time.perf_counter()
     dataset, meta, reused = selfdistill.load_or_generate(target, settings, data_dir, progress)
     data_wall = time.perf_counter() - t0
-    train_rows, held_rows = selfdistill.split(len(dataset), options["held_out"], options["seed"])
+    train_rows, held_rows = selfdistill.split_rows(len(dataset), options)
 
     # 2. teacher features (cached beside the heads, keyed by data and options)
     state_path, teacher_path = out / STATE_FILE, out / TEACHER_FILE

@@ -16,7 +16,7 @@ from .. import stats
 from ..costmodel import Profile
 from ..errors import UsageError
 from ..tasks.specbench import SUBTASKS
-from . import figures, tables
+from . import figures, scaling, tables
 from .render import Writer
 from .runs import Run, select_runs
 from .sections import Section
@@ -57,7 +57,8 @@ def build_report(paths: list[str | Path], out: str | Path, plugins: list[str] | 
     if profile:
         for section in tables.cost_model_profile(runs, Profile.load(profile)):
             writer.add(section)
-    for section in [*figures.fig1a(runs, ctar_subtask), *figures.fig1b(runs), *method_sections(runs, plugins or [])]:
+    for section in [*figures.fig1a(runs, ctar_subtask), *figures.fig1b(runs), *scaling.data_scaling(runs),
+                    *method_sections(runs, plugins or [])]:
         writer.add(section)
     inputs = "\n".join(f"- `{r.path}`: {r.label}, {len(r.records)} questions"
                        + (f", baseline `{r.baseline.path.name}`" if r.baseline and not r.is_vanilla else "")
