@@ -77,10 +77,13 @@ def save_choice(model: str, device: str, threads: int, record: dict) -> Path:
 
 
 def step_ms(target, context: int = 256, width: int = 1, repeats: int = 15) -> float:
-    """Median ms of one forward over ``width`` positions after ``context`` cached ones (compiles first)."""
-    cache = target.new_cache(context + 128)
-    ids = torch.randint(0, target.vocab_size, (context,), generator=torch.Generator().manual_seed(0))
+    """Median ms of one forward over ``width`` positions after ``context`` cached ones (compiles first).
+
+    Every tensor is made under inference mode, as the engine's are: a compiled graph guards on its
+    inputs' dispatch keys, so a normal tensor here would compile graphs no run ever reuses."""
     with torch.inference_mode():
+        cache = target.new_cache(context + 128)
+        ids = torch.randint(0, target.vocab_size, (context,), generator=torch.Generator().manual_seed(0))
         target.forward(ids.to(target.device), cache, 0, head=True)
         x = ids[:width].to(target.device)
         times = []

@@ -31,6 +31,7 @@ from . import kernels
 from .engine import generate
 from .errors import UsageError
 from .metrics import fit_line
+from .options import method_variants, resolve_options
 from .plugins import build_registry
 from .report.figures import style
 from .runner import build_method
@@ -64,10 +65,10 @@ def weight_bytes(target) -> int:
 
 
 def prefill_ms(target, length: int, repeats: int = 5) -> float:
-    cache = target.new_cache(length + 128)
-    ids = torch.randint(0, target.vocab_size, (length,), generator=torch.Generator().manual_seed(1)).to(target.device)
     times = []
-    with torch.inference_mode():
+    with torch.inference_mode():  # inference tensors, as the engine's: compiled graphs guard on that
+        cache = target.new_cache(length + 128)
+        ids = torch.randint(0, target.vocab_size, (length,), generator=torch.Generator().manual_seed(1)).to(target.device)
         for i in range(repeats + 1):
             cache.crop(0)
             started = time.perf_counter()
@@ -94,13 +95,15 @@ def hf_step_ms(target, context: int = 256, new: int = 32) -> float:
     return 1e3 * (full - one) / (new - 1)
 
 
-def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=print) -> dict:
-    """Per installed drafter, on its default options: propose seconds per round fitted as
-    fixed + per drafted token; and the engine's own cost per round (verify excluded) from vanilla."""
+def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=print,
+                  options: dict[str, list[str]] | None = None) -> dict:
+    """Per installed drafter, on its default options (or ``options[name]``, KEY=VALUE strings):
+    propose seconds per round fitted as fixed + per drafted token; and the engine's own cost per
+    round (verify excluded) from vanilla."""
     out = {}
     for name in sorted(registry.drafters):
         try:
-            method = build_method(registry, name, [], target, 0.0)
+            method = build_method(registry, name, (options or {}).get(name, []), target, 0.0)
         except UsageError as exc:
             log(f"profile: {name} left out ({exc})")
             continue
@@ -120,7 +123,7 @@ def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=pri
 
 
 def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, str]], widths, contexts,
-                out: Path, drafters: bool = True, log=print) -> dict:
+                out: Path, drafters: bool = True, log=print, drafter_options: dict | None = None) -> dict:
     registry = build_registry()
     gbs = bandwidth_gbs()
     log(f"profile: read bandwidth {gbs:.1f} GB/s")
@@ -166,7 +169,7 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
         target = TargetModel.load(model, best["dtype"], device)
         kernels.apply(target, best["compile"])
         prompt = target.chat_ids([{"role": "user", "content": PROFILE_PROMPT}])
-        result["drafters"] = drafter_costs(target, registry, prompt, log=log)
+        result["drafters"] = drafter_costs(target, registry, prompt, log=log, options=drafter_options)
         result["drafters_config"] = dict(result["chosen"])
     out.mkdir(parents=True, exist_ok=True)
     (out / "profile.json").write_text(json.dumps(result, indent=1))
@@ -235,6 +238,9 @@ def add_profile_parser(subparsers) -> None:
     p.add_argument("--widths", default=",".join(map(str, WIDTHS)))
     p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
     p.add_argument("--no-drafters", action="store_true", help="skip the drafters' step costs")
+    p.add_argument("-o", "--option", action="append", default=[], metavar="METHOD.KEY=VALUE",
+                   help="a drafter's option for its step cost, repeatable, e.g. -o self-spec.trials=8 "
+                        "(default: every drafter on its defaults)")
     p.add_argument("--drafters-only", action="store_true",
                    help="measure only the drafters' step costs, into the profile already in --out (after training one)")
     p.add_argument("--out", default="results/profile", help="output directory (default: %(default)s)")
@@ -252,6 +258,10 @@ def cmd_profile(args, threads: int) -> int:
             raise UsageError(f"--configs: '{'/'.join(c)}' is not DTYPE/MODE (e.g. bfloat16/default)")
     if not widths or min(widths) < 1 or not contexts or min(contexts) < 1:
         raise UsageError("--widths and --contexts must be positive")
+    registry = build_registry()
+    drafter_options = {name: opts for name, (_, opts) in method_variants(sorted(registry.drafters), args.option).items()}
+    for name, opts in drafter_options.items():  # a misspelt option is an error here, not a drafter left out later
+        resolve_options(name, registry.drafters[name].options, opts)
     if args.drafters_only:
         path = Path(args.out) / "profile.json"
         if not path.is_file():
@@ -262,7 +272,7 @@ def cmd_profile(args, threads: int) -> int:
         kernels.apply(target, mode)
         prompt = target.chat_ids([{"role": "user", "content": PROFILE_PROMPT}])
         log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
-        result["drafters"] = drafter_costs(target, build_registry(), prompt, log=log)
+        result["drafters"] = drafter_costs(target, registry, prompt, log=log, options=drafter_options)
         result["drafters_config"] = {"dtype": dtype, "compile": mode}
         result["drafters_command"] = "python -m specharness " + " ".join(sys.argv[1:])
         path.write_text(json.dumps(result, indent=1))
@@ -270,6 +280,7 @@ def cmd_profile(args, threads: int) -> int:
         print(f"updated the drafters of {path}")
         return 0
     run_profile(args.model, args.device, threads, configs, widths, contexts, Path(args.out),
-                not args.no_drafters, log=lambda s: print(s, file=sys.stderr, flush=True))
+                not args.no_drafters, log=lambda s: print(s, file=sys.stderr, flush=True),
+                drafter_options=drafter_options)
     print(f"wrote {args.out}/profile.json, profile.md, profile.png")
     return 0

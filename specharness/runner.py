@@ -21,7 +21,7 @@ from .hookspecs import DecoderSpec, RoundContext
 from .options import resolve_options
 from .plugins import Registry
 from .records import Generation, QuestionResult, Round
-from .target import TargetModel
+from .target import WIDTH_BUCKETS, TargetModel
 from .tasks.specbench import Question
 
 
@@ -139,15 +139,30 @@ def run_question(target: TargetModel, method: Method, q: Question, s: Settings,
     return res
 
 
+def _longer_than_buckets(target: TargetModel, text: str) -> str:
+    """``text`` repeated until its prompt is wider than the widest width bucket."""
+    long = text
+    while len(target.chat_ids([{"role": "user", "content": long}])) <= WIDTH_BUCKETS[-1]:
+        long += "\n" + text
+    return long
+
+
 def warm_up(target: TargetModel, methods: list[Method], questions: list[Question], s: Settings) -> dict:
     """Untimed runs so lazy initialisation, allocator growth and compilation do not land on question
-    one; a compiled target then compiles every width a timed round may need. Returns what it took."""
+    one; a compiled target then compiles every width a timed round may need. Returns what it took.
+
+    On a compiled target each method also prefills one prompt wider than every bucket: such a
+    prefill runs the dynamic-width graph, one per layer range a method splits it at, and most
+    Spec-Bench prompts are that wide (compiled mid-run, each cost a minute of a timed answer)."""
     started, compiled_before = time.perf_counter(), target.backend.compile_s
     if s.warmup and questions:
         short = Settings(min(16, s.max_new_tokens), s.temperature, s.seed)
+        text = questions[0].turns[0]
+        prompts = [text] + ([_longer_than_buckets(target, text)] if target.backend.compiled else [])
         for _ in range(s.warmup):
             for m in methods:
-                run_question(target, m, Question("warmup", "qa", "qa", questions[0].turns[:1]), short)
+                for p in prompts:
+                    run_question(target, m, Question("warmup", "qa", "qa", [p]), short)
     graphs = target.precompile(max((m.max_width for m in methods), default=1))
     return {"warmup_s": time.perf_counter() - started, "compile_s": target.backend.compile_s - compiled_before,
             "graphs": len(target.backend.graphs), "graphs_compiled_after_warmup_runs": graphs}

@@ -531,8 +531,8 @@ class TargetModel:
                 sig = (a, b, head, capture, ids, skip)
                 seen[sig] = max(seen.get(sig, 1), max_width if head and skip == ((), ()) else width)
         before = len(self.backend.graphs)
-        cache = self.new_cache(256)
-        with torch.inference_mode():
+        with torch.inference_mode():  # the engine's tensors are inference tensors, and graphs guard on that
+            cache = self.new_cache(256)
             for (a, b, head, capture, ids, skip), top in seen.items():
                 for w in WIDTH_BUCKETS:
                     if w > self.backend.width(top):

@@ -5,6 +5,7 @@ by measurement and recorded."""
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -98,3 +99,39 @@ def test_the_configuration_is_pinned_asked_cached_or_measured(monkeypatch, tmp_p
     assert again.source == "cached" and len(loads) == len(kernels.CANDIDATES)  # nothing measured twice
     only = kernels.choose("float32", "auto", "m", "cpu", 1, load)
     assert only.dtype == "float32" and only.compile in ("none", "default")
+
+
+def test_graphs_compiled_before_timing_are_the_ones_the_engine_reuses(monkeypatch):
+    """Nothing compiles while timing. A compiled graph guards on its inputs' dispatch keys and the
+    engine's tensors are inference tensors, so the compile check of ``kernels.apply`` and
+    ``precompile`` must make theirs the same way; and warm-up must prefill a prompt wider than every
+    bucket, which runs the dynamic-width graph most Spec-Bench prompts need."""
+    from specharness.plugins import build_registry
+    from specharness.runner import Settings, build_method, run_question, warm_up
+    from specharness.tasks.specbench import Question
+    t = TargetModel.tiny("llama", vocab_size=48, n_layers=2, hidden_size=32, seed=3)
+    monkeypatch.setattr(t, "chat_ids", lambda messages: [3 + ord(c) % 40 for m in messages for c in m["content"]])
+    monkeypatch.setattr(t, "decode", lambda ids: "".join(chr(97 + i % 26) for i in ids))
+
+    @contextmanager
+    def no_recompile():  # neither a new graph of ours nor a recompile of one of dynamo's
+        announced: list = []
+        t.backend.on_new_graph = announced.append
+        try:
+            with torch._dynamo.config.patch(error_on_recompile=True):
+                yield
+        finally:
+            t.backend.on_new_graph = None
+        assert not announced, f"compiled while timing: {[k.describe() for k in announced]}"
+
+    assert kernels.apply(t, "default") == ("default", None)  # compiles widths 16 (its context) and 1
+    with no_recompile():
+        generate(t, NoDraft(), greedy, list(range(3, 15)), 4)  # prefill 12 -> bucket 16, then width 1
+    assert t.precompile(max_width=20) >= 1  # bucket 32 (and 8): new graphs
+    with no_recompile():
+        generate(t, NoDraft(), greedy, list(range(3, 30)), 4)  # prefill 27 -> bucket 32
+    vanilla = build_method(build_registry(), "vanilla", [], t, 0.0)
+    warm_up(t, [vanilla], [Question("q", "qa", "qa", ["a short question"])], Settings(4, warmup=1))
+    with no_recompile():
+        run_question(t, vanilla, Question("long", "qa", "qa", ["a prompt of a hundred characters " * 3]),
+                     Settings(4))
