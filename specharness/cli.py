@@ -15,6 +15,7 @@ from typing import Any
 
 from . import lossless, profile, report
 from .errors import UsageError
+from .options import method_variants
 
 RESULTS_DIR = Path("results") / "runs"
 
@@ -156,22 +157,6 @@ def _load_target(args, threads: int):
     return target
 
 
-def _method_options(labels: list[str], raw: list[str]) -> dict[str, tuple[str, list[str]]]:
-    """Each label's method and options: ``NAME[:KEY=VALUE...]`` in the list, plus -o values given
-    as METHOD.KEY=VALUE (or plain KEY=VALUE when a single method runs)."""
-    out = {label: (label.split(":")[0], label.split(":")[1:]) for label in labels}
-    for item in raw:
-        owner = max((lb for lb in labels if item.startswith(lb + ".")), key=len, default=None)
-        if owner:  # the longest label wins, so a label holding "eta=0.3" is not split at its dot
-            out[owner][1].append(item[len(owner) + 1:])
-        elif len(labels) == 1:
-            out[labels[0]][1].append(item)
-        else:
-            raise UsageError(f"option '{item}' does not name its method; write METHOD.KEY=VALUE, "
-                             f"METHOD one of {', '.join(labels)}")
-    return out
-
-
 def _default_name(method, settings, target) -> str:
     opts = "".join(f"-{k}={Path(str(v)).name}" for k, v in sorted(method.changed.items()))
     mode = target.engine["compile"]
@@ -201,7 +186,7 @@ def cmd_run(args, methods_arg: list[str]) -> int:
     registry = build_registry(args.plugin)
     if len(set(methods_arg)) != len(methods_arg):
         raise UsageError("a method is listed twice in --methods; list each once")
-    variants = _method_options(methods_arg, args.option)
+    variants = method_variants(methods_arg, args.option)
     for name, opts in variants.values():  # fail on a bad method, option or verifier before loading
         resolve_options(name, registry.method(name).options, opts)
     resolve_verifier(registry, args.verifier, settings.temperature)

@@ -65,3 +65,19 @@ def resolve_options(method: str, specs: list[OptionSpec], given: dict[str, Any] 
             raise UsageError(f"method '{method}' has no option '{key}'; its options: {valid}")
     return {s.name: s.parse(method, given.get(s.name, s.default)) if s.name in given else s.default
             for s in specs}
+
+
+def method_variants(labels: list[str], raw: list[str]) -> dict[str, tuple[str, list[str]]]:
+    """Each label's method and options: ``NAME[:KEY=VALUE...]`` in the list, plus -o values given
+    as METHOD.KEY=VALUE (or plain KEY=VALUE when a single method runs)."""
+    out = {label: (label.split(":")[0], label.split(":")[1:]) for label in labels}
+    for item in raw:
+        owner = max((lb for lb in labels if item.startswith(lb + ".")), key=len, default=None)
+        if owner:  # the longest label wins, so a label holding "eta=0.3" is not split at its dot
+            out[owner][1].append(item[len(owner) + 1:])
+        elif len(labels) == 1:
+            out[labels[0]][1].append(item)
+        else:
+            raise UsageError(f"option '{item}' does not name its method; write METHOD.KEY=VALUE, "
+                             f"METHOD one of {', '.join(labels)}")
+    return out

@@ -53,6 +53,8 @@ def error_line(capsys, argv) -> str:
     (["compare", "--methods", "vanilla,vanilla"], "listed twice"),
     (["compare", "--methods", "vanilla,hf-generate", "-o", "k=1"], "does not name its method"),
     (["train", "nope"], "unknown trainer 'nope'"),
+    (["profile", "-o", "nope.trials=2"], "does not name its method"),
+    (["profile", "-o", "self-spec.trial=2"], "method 'self-spec' has no option 'trial'"),
     (["run", "--threads", "0"], "--threads must be at least 1, got 0"),
     (["run", "--out", "/proc/nope/x.jsonl"], "cannot write results to '/proc/nope/x.jsonl'"),
     (["compare", "--out-dir", "/proc/nope"], "cannot write results to '/proc/nope/x'"),
