@@ -88,6 +88,10 @@ def test_trainer_learns_saves_and_loads(tiny, tmp_path):
     assert saved["epochs"] == 3
     head, rows = load_head(tmp_path / "head", tiny)
     assert rows is not None and rows.numel() == 8
+    from specharness.methods.eagle.plugin import _info  # result headers quote what the head was trained on
+    trained = _info(tiny, resolve_options("eagle", eg.OPTIONS, {"head": str(tmp_path / "head")}))["training"]
+    assert trained["train_conversations"] == 18 and trained["top1"] == ho["top1_depth1"]
+    assert 0 <= trained["top1_own_prefix"] <= 1
     d = eg.build(tiny, resolve_options("eagle", eg.OPTIONS, {"head": str(tmp_path / "head")}))
     ref = generate(tiny, NoDraft(), greedy, [1, 2, 3], 16).token_ids
     assert generate(tiny, d, greedy, [1, 2, 3], 16).token_ids == ref

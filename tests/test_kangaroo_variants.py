@@ -95,13 +95,16 @@ def test_trainer_variants_train_save_and_load(tiny, tmp_path):
     opts = resolve_options("kangaroo", kt.OPTIONS, {
         "exit_layer": "2", "draft_vocab": "8", "conversations": "16", "max_answer_tokens": "12", "epochs": "2",
         "seqs_per_step": "4", "topk": "4", "held_out": "0.25", "data": str(data), "ffn": "true", "head": "own",
-        "lr": "0.01"})
+        "lr": "0.01", "train_conversations": "8"})
     write_selfdistill_data(tiny, data, sd.recipe(opts, (2,), 4), n_rows=16, answer=12)
     report = kt.run(tiny, opts, tmp_path / "ad", False)
+    assert report["data"]["train_conversations"] == 8 and report["data"]["held_out_conversations"] == 4
     plain = ka.Adapter.for_target(tiny).n_parameters
     H = tiny.hidden_size
     assert report["adapter_params"] == plain + 3 * H * tiny.config.intermediate_size + H + 8 * H
     assert report["history"][-1]["train_loss"] < report["history"][0]["train_loss"] + 1e-6
+    trained = kg.adapter_info(tiny, {"adapter": str(tmp_path / "ad"), "exit_layer": 2})["training"]
+    assert trained["train_conversations"] == 8 and trained["top1"] == report["held_out_top1_agreement"]
     d = kg.build(tiny, {"adapter": str(tmp_path / "ad"), "exit_layer": 2, "eta": 0.0})
     assert d.adapter.ffn and d.adapter.own_head_rows == 8
     assert generate(tiny, d, greedy, PROMPT, 30).token_ids == generate(tiny, NoDraft(), greedy, PROMPT, 30).token_ids
