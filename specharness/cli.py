@@ -332,9 +332,8 @@ def cmd_run(args, methods_arg: list[str]) -> int:
         registry.pm.unregister(observer)
     bar.close()
     late = len(target.backend.graphs) - graphs_before if executor == "local" else 0
-    for w in writers.values():
-        if late:  # a graph compiled while timing: its question's time includes compiling
-            w.update_meta(graphs_compiled_while_timing=late)
+    for w in writers.values():  # this process's count, 0 included: a resumed file must not keep an older one
+        w.update_meta(graphs_compiled_while_timing=late)  # > 0: those questions' times include compiling
         w.close()
     if late:
         print(f"warning: {late} graph(s) compiled during timed runs; those questions' times include compiling "
