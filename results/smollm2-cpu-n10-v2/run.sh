@@ -5,11 +5,11 @@
 # 2 warm-up generations per method (every graph compiled before timing), 2 timed repeats, 2 threads.
 # Run it with nothing else on the machine. Rerunning resumes the same files (--resume).
 # History of the committed files (2026-11-30): a first process was stopped after MT-bench question 81
-# (to take the subtasks in turn); q81's answers for every method but self-spec come from it, and its
-# vanilla turn 1 took 58-80 s while graphs compiled, so q81's records were removed from every file
-# (MT-bench has 9 questions until this script is run again: --resume redoes q81 only). The second process ran the rest (1100 s warm-up, 491 s of it compiling; 3 graphs still
-# compiled while timing). The certification was stopped for lack of session time (eagle and
-# hf-generate: 0 bugs); the report here has no identity table yet: run the last two lines.
+# (to take the subtasks in turn); a second ran the rest. Reruns of q81 showed why some answers took
+# 60 s: warm-up never prefilled a prompt wider than the widest width bucket, so the dynamic-width
+# graph of each layer split compiled in the middle of a timed answer (vanilla q81, kangaroo q81/q82,
+# medusa q82). Fixed in the engine (warm-up prefills such a prompt); q81 and q82 were removed from
+# every file and redone by a third process (--resume), which compiled nothing while timing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=results/smollm2-cpu-n10-v2
