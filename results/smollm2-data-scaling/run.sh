@@ -8,7 +8,8 @@
 # reference engine: acceptance, not speed, is the point), and the report draws the scaling figure.
 # Every checkpoint trains for 4 epochs (the shipped ones: kangaroo 12, eagle 10; 4 keeps the whole
 # script near an hour on 2 cores): a fixed number of passes, so the larger set also takes more steps.
-# Rerunning skips finished trainings and resumes the result files.
+# Rerunning resumes everything: data generation from its per-batch checkpoints (partial/ in the
+# data directory), skips finished trainings, and resumes the result files.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=results/smollm2-data-scaling
