@@ -123,8 +123,9 @@ def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=pri
 
 
 def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, str]], widths, contexts,
-                out: Path, drafters: bool = True, log=print, drafter_options: dict | None = None) -> dict:
-    registry = build_registry()
+                out: Path, drafters: bool = True, log=print, drafter_options: dict | None = None,
+                registry=None) -> dict:
+    registry = registry or build_registry()
     gbs = bandwidth_gbs()
     log(f"profile: read bandwidth {gbs:.1f} GB/s")
     result = {"model": model, "device": device, "threads": threads, "cpu": kernels.cpu_name(),
@@ -281,6 +282,6 @@ def cmd_profile(args, threads: int) -> int:
         return 0
     run_profile(args.model, args.device, threads, configs, widths, contexts, Path(args.out),
                 not args.no_drafters, log=lambda s: print(s, file=sys.stderr, flush=True),
-                drafter_options=drafter_options)
+                drafter_options=drafter_options, registry=registry)
     print(f"wrote {args.out}/profile.json, profile.md, profile.png")
     return 0

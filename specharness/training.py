@@ -21,7 +21,7 @@ STATE_FILE = "train_state.pt"
 SUMMARY_KEY = "held_out_summary"  # in every trainer's report.json: what a result header quotes
 
 
-def held_out_summary(train_rows: list[int], held_rows: list[int], top1: float, top1_own_prefix: float,
+def held_out_summary(train_rows: list[int], held_rows: list[int], top1: float, top1_own_prefix: float | None,
                      positions: int) -> dict:
     """The few numbers a data-scaling comparison needs from a trained drafter, named alike for every
     trainer: held-out top-1 agreement on the target's own continuation, and on the drafter's own

@@ -157,7 +157,8 @@ def _adapter_dir(target: TargetModel, opts: dict) -> Path | None:
 def _resolve_adapter(target: TargetModel, opts: dict) -> tuple[Adapter, torch.Tensor | None, dict]:
     l = opts["exit_layer"]
     ref = (opts["adapter"] or "").strip()
-    if ref.startswith("random"):
+    path = _adapter_dir(target, opts)
+    if path is None:  # random or random:SEED
         seed = 0
         if ref != "random":
             try:
@@ -165,7 +166,6 @@ def _resolve_adapter(target: TargetModel, opts: dict) -> tuple[Adapter, torch.Te
             except (IndexError, ValueError):
                 raise UsageError(f"option kangaroo.adapter='{ref}': write 'random' or 'random:SEED'") from None
         return Adapter.for_target(target, seed=seed).eval(), None, {"source": f"random (seed {seed})"}
-    path = _adapter_dir(target, opts)
     if not ref and not path.is_dir():
         raise UsageError(f"no shipped Kangaroo adapter for '{target.name}' at exit_layer {l}; train one with "
                          f"'python -m specharness train kangaroo -o exit_layer={l} --out DIR' and pass "
