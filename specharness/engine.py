@@ -128,8 +128,8 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
 
     # prefill: the whole prompt, split at the drafter's exit layer so it can keep those states
     ids = torch.tensor(prompt_ids, device=target.device)
-    h_exit = target.forward(ids, cache, 0, 0, l).hidden if l else None
-    out = target.forward(h_exit if l else ids, cache, 0, l, head=True)
+    h_exit = target.forward(ids, cache, 0, 0, l, prefill=True).hidden if l else None
+    out = target.forward(h_exit if l else ids, cache, 0, l, head=True, prefill=True)
     timer.mark()  # verified
     acc = accept(out.logits[-1:], [], None, temperature, gen)
     state.ids.append(acc.next_token)

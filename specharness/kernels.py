@@ -84,7 +84,7 @@ def step_ms(target, context: int = 256, width: int = 1, repeats: int = 15) -> fl
     with torch.inference_mode():
         cache = target.new_cache(context + 128)
         ids = torch.randint(0, target.vocab_size, (context,), generator=torch.Generator().manual_seed(0))
-        target.forward(ids.to(target.device), cache, 0, head=True)
+        target.forward(ids.to(target.device), cache, 0, head=True, prefill=True)
         x = ids[:width].to(target.device)
         times = []
         for i in range(repeats + 3):

@@ -93,9 +93,11 @@ def kernel_noise_ulps(target, dtype: str, tokens: int = 64) -> float:
     import torch
     prompt = (target.chat_ids([{"role": "user", "content": CALIBRATION_PROMPT}]) if target.tokenizer is not None
               else [1 + i % (target.vocab_size - 1) for i in range(16)])
+    target.expect_widths(8)  # the 8-token forwards run a verification's static graph, as in a run
     with torch.inference_mode():
         cache = target.new_cache(len(prompt) + tokens + 8)
-        nxt = int(target.forward(torch.tensor(prompt, device=target.device), cache, 0, head=True).logits[-1].argmax())
+        nxt = int(target.forward(torch.tensor(prompt, device=target.device), cache, 0, head=True,
+                                 prefill=True).logits[-1].argmax())
         seq, one = list(prompt), []
         for _ in range(tokens):
             seq.append(nxt)
@@ -103,7 +105,7 @@ def kernel_noise_ulps(target, dtype: str, tokens: int = 64) -> float:
             one.append(logits.float())
             nxt = int(logits.argmax())
         cache = target.new_cache(len(seq) + 8)
-        target.forward(torch.tensor(prompt, device=target.device), cache, 0)
+        target.forward(torch.tensor(prompt, device=target.device), cache, 0, prefill=True)
         wide = []
         for s0 in range(len(prompt), len(seq), 8):
             wide += list(target.forward(torch.tensor(seq[s0:s0 + 8], device=target.device), cache, s0,

@@ -72,7 +72,7 @@ def prefill_ms(target, length: int, repeats: int = 5) -> float:
         for i in range(repeats + 1):
             cache.crop(0)
             started = time.perf_counter()
-            target.forward(ids, cache, 0, head=True)
+            target.forward(ids, cache, 0, head=True, prefill=True)
             if i:
                 times.append(time.perf_counter() - started)
     return 1e3 * statistics.median(times)
@@ -109,6 +109,7 @@ def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=pri
             continue
         spec = registry.drafters[name]
         drafter = spec.build(target, method.options)
+        target.expect_widths(method.max_width)
         accept = registry.verifier("greedy").accept
         generate(target, drafter, accept, prompt, 8)  # warm
         rounds = [r for _ in range(2) for r in generate(target, drafter, accept, prompt, tokens).rounds[1:]]
@@ -146,6 +147,7 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
         if why:
             log(f"profile: {dtype}/{mode} left out: {why}")
             continue
+        target.expect_widths(max(widths))  # verification widths: static graphs, as in a run
         row = {"dtype": dtype, "compile": got, "by_width": {}, "prefill_ms": {}}
         for ctx in contexts:
             row["by_width"][str(ctx)] = {str(w): kernels.step_ms(target, context=ctx, width=w) for w in widths}

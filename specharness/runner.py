@@ -21,7 +21,7 @@ from .hookspecs import DecoderSpec, RoundContext
 from .options import resolve_options
 from .plugins import Registry
 from .records import Generation, QuestionResult, Round
-from .target import WIDTH_BUCKETS, TargetModel
+from .target import TargetModel
 from .tasks.specbench import Question
 
 
@@ -48,6 +48,7 @@ class Method:
     label: str = ""  # how compare names this variant (e.g. "kangaroo:eta=0.4"); defaults to name
     info: dict = field(default_factory=dict)  # the drafter's own description (DrafterSpec.info)
     max_width: int = 1  # widest verification forward the method can ask for (compiled before timing)
+    verify_layer: int = 0  # the layer its drafts enter verification at (the drafter's exit layer)
 
     def __post_init__(self) -> None:
         self.label = self.label or self.name
@@ -96,7 +97,7 @@ def build_method(registry: Registry, name: str, raw_options: list[str] | dict, t
     extra = spec.params(target, options) if spec.params else 0
     info = spec.info(target, options) if spec.info else {}
     return Method(name, options, vname, run, extra, changed, defaults, info=info,
-                  max_width=int(getattr(drafter, "max_width", 1)))
+                  max_width=int(getattr(drafter, "max_width", 1)), verify_layer=int(getattr(drafter, "exit_layer", 0)))
 
 
 def question_seed(seed: int, question_id) -> int:
@@ -139,31 +140,27 @@ def run_question(target: TargetModel, method: Method, q: Question, s: Settings,
     return res
 
 
-def _longer_than_buckets(target: TargetModel, text: str) -> str:
-    """``text`` repeated until its prompt is wider than the widest width bucket."""
-    long = text
-    while len(target.chat_ids([{"role": "user", "content": long}])) <= WIDTH_BUCKETS[-1]:
-        long += "\n" + text
-    return long
-
-
 def warm_up(target: TargetModel, methods: list[Method], questions: list[Question], s: Settings) -> dict:
     """Untimed runs so lazy initialisation, allocator growth and compilation do not land on question
     one; a compiled target then compiles every width a timed round may need. Returns what it took.
 
-    On a compiled target each method also prefills one prompt wider than every bucket: such a
-    prefill runs the dynamic-width graph, one per layer range a method splits it at, and most
-    Spec-Bench prompts are that wide (compiled mid-run, each cost a minute of a timed answer)."""
+    Every prefill runs the dynamic-width graph of the layer ranges its method splits the prompt at,
+    so the first prompt compiles what every later one needs; rounds run static width buckets up to
+    the widest verification of any method here (``expect_widths``); ``precompile`` then compiles, for
+    each method, the buckets of the graphs it used up to its own widest verification."""
     started, compiled_before = time.perf_counter(), target.backend.compile_s
+    max_width = max((m.max_width for m in methods), default=1)
+    target.expect_widths(max_width)
     if s.warmup and questions:
         short = Settings(min(16, s.max_new_tokens), s.temperature, s.seed)
-        text = questions[0].turns[0]
-        prompts = [text] + ([_longer_than_buckets(target, text)] if target.backend.compiled else [])
-        for _ in range(s.warmup):
-            for m in methods:
-                for p in prompts:
-                    run_question(target, m, Question("warmup", "qa", "qa", [p]), short)
-    graphs = target.precompile(max((m.max_width for m in methods), default=1))
+        graphs = 0
+        for m in methods:  # each method's own graphs, to its own widest verification: no graph nobody runs
+            target.backend.used.clear()
+            for _ in range(s.warmup):
+                run_question(target, m, Question("warmup", "qa", "qa", questions[0].turns[:1]), short)
+            graphs += target.precompile(m.max_width, set(target.backend.used), m.verify_layer)
+    else:
+        graphs = target.precompile(max_width)
     return {"warmup_s": time.perf_counter() - started, "compile_s": target.backend.compile_s - compiled_before,
             "graphs": len(target.backend.graphs), "graphs_compiled_after_warmup_runs": graphs}
 

@@ -208,7 +208,7 @@ class DecoderStack(nn.Module):
 # ---- running the stack: eagerly, or compiled ---------------------------------------------------------
 COMPILE_MODES = ("none", "default", "max-autotune")
 Skip = tuple[tuple[int, ...], tuple[int, ...]]  # (layers whose attention, layers whose MLP a forward leaves out)
-WIDTH_BUCKETS = (1, 8, 16, 32, 64)  # compiled graphs see these widths (padded; the curve is flat to 8); wider: dynamic
+WIDTH_BUCKETS = (1, 8, 16, 32, 64)  # static compiled widths (padded) for verification; prefills: one dynamic graph
 
 
 class GraphKey(NamedTuple):
@@ -236,13 +236,14 @@ class EagerBackend:
     def __init__(self, stack: DecoderStack) -> None:
         self.stack = stack
         self.graphs: set[GraphKey] = set()  # every graph compiled
+        self.used: set[GraphKey] = set()  # the graphs called since the caller last cleared it (warm-up, per method)
         self.compile_s = 0.0
         self.on_new_graph: Callable[[GraphKey], None] | None = None  # told before each compile (a progress line)
 
     def width(self, T: int) -> int:
         return T
 
-    def __call__(self, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip):
+    def __call__(self, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip, wide=False):
         return self.stack(x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip)
 
 
@@ -254,10 +255,12 @@ def _forward_wide(stack: DecoderStack, *args):
 
 class CompiledBackend(EagerBackend):
     """``torch.compile`` of the whole range [a, b) as one graph. On CPU inductor freezes the weights
-    (constant-folded and prepacked for oneDNN); widths up to 64 are padded to a bucket, so every
-    graph has static shapes except the context length; wider inputs take one dynamic-width graph.
-    ``graphs`` records every (range, head, capture, width) compiled, so warm-up can compile them all
-    before timing starts."""
+    (constant-folded and prepacked for oneDNN). A round's forward, up to ``static_top`` positions (the
+    bucket of the widest verification a run asks for: ``TargetModel.expect_widths``), is padded to a
+    bucket, so those graphs have static shapes except the context length; prefills (``wide``) and
+    anything wider share one dynamic-width graph per layer range. Every graph is a minute of
+    compiling per run, so no prompt length gets a graph of its own. ``graphs`` records every
+    (range, head, capture, width) compiled, so warm-up can compile them all before timing starts."""
 
     compiled = True
 
@@ -279,21 +282,24 @@ class CompiledBackend(EagerBackend):
                                                           else mode)}
         if device.type == "cuda" and mode == "default":
             options["mode"] = "reduce-overhead"  # CUDA graphs: the static widths replay without launch overhead
+        self.static_top = 1  # widest static bucket; expect_widths raises it to what verification needs
         self.narrow = torch.compile(stack, fullgraph=True, **options)
         self.wide = torch.compile(_forward_wide, fullgraph=True, dynamic=True)
 
     def width(self, T: int) -> int:
-        return next((w for w in WIDTH_BUCKETS if w >= T), T)
+        return next((w for w in WIDTH_BUCKETS if w >= T), T) if T <= self.static_top else T
 
-    def __call__(self, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip):
+    def __call__(self, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip, wide=False):
         T = x.shape[0]
         if mask.shape[1] > 1:
             torch._dynamo.mark_dynamic(mask, 1)  # the context grows every round
-        key = GraphKey(a, b, head, capture, x.dtype == torch.long, skip, T if T <= WIDTH_BUCKETS[-1] else "wide")
+        static = T <= self.static_top and not wide
+        key = GraphKey(a, b, head, capture, x.dtype == torch.long, skip, T if static else "wide")
+        self.used.add(key)
         started = time.perf_counter() if key not in self.graphs else None
         if started is not None and self.on_new_graph is not None:
             self.on_new_graph(key)
-        if T <= WIDTH_BUCKETS[-1]:
+        if static:
             out = self.narrow(x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip)
         else:
             out = self.wide(self.stack, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip)
@@ -476,14 +482,15 @@ class TargetModel:
 
     def forward(self, x: torch.Tensor, cache: KVCache, start: int, a: int = 0, b: int | None = None,
                 tree: Tree | None = None, head: bool = False, capture: tuple[int, ...] = (),
-                skip: "Skip" = ((), ())) -> Forward:
+                skip: "Skip" = ((), ()), prefill: bool = False) -> Forward:
         """Layers [a, b) over T positions: token ids (a = 0) or the hidden states entering layer a.
 
         Node i of ``tree`` (default: a chain) is at position ``start + depth(i)`` and writes cache
         slot ``start + i``. Returns the hidden states after layer b - 1 (before the final norm), the
         logits when ``head``, and the hidden states after each layer in ``capture``. ``skip`` =
         (layers whose attention, layers whose MLP is left out): a layer-skipping self-drafter's
-        forward (its skipped attention writes no K/V; verification rewrites every layer).
+        forward (its skipped attention writes no K/V; verification rewrites every layer). A
+        ``prefill`` (a prompt, any length) runs a compiled target's dynamic-width graph, unpadded.
         """
         b = self.n_layers if b is None else b
         T = x.shape[0]
@@ -493,7 +500,8 @@ class TargetModel:
         if self.sliding_window and start + T > self.sliding_window:
             raise UsageError(f"sequence longer than the model's sliding window ({self.sliding_window}); "
                              "lower --max-new-tokens or use shorter prompts")
-        width = self.backend.width(T)
+        wide = prefill and T > 1  # one position: the static graph (a dynamic dimension of size 1 would specialise)
+        width = T if wide else self.backend.width(T)
         depths = torch.tensor(tree.depths, device=self.device) if not tree.is_chain else torch.arange(T, device=self.device)
         positions = start + depths
         if width > T:  # padding rows: the last node repeated, writing slots past the tree, seeing only themselves
@@ -503,7 +511,7 @@ class TargetModel:
         slots = torch.arange(start, start + width, device=self.device)
         mask = attention_mask(start, tree, width, self.device)
         h, logits, captured = self.backend(x, positions, slots, mask, cache.k[a:b], cache.v[a:b], a, b, head,
-                                           tuple(capture), (tuple(skip[0]), tuple(skip[1])))
+                                           tuple(capture), (tuple(skip[0]), tuple(skip[1])), wide)
         return Forward(h[:T], logits[:T] if logits is not None else None,
                        {layer: c[:T] for layer, c in zip(capture, captured)} if capture else None)
 
@@ -518,18 +526,29 @@ class TargetModel:
         finally:
             self.backend = backend
 
-    def precompile(self, max_width: int = 1) -> int:
-        """Compile, now, every width bucket a timed run may meet for the graphs warm-up used:
-        verification graphs (full model with the head) up to ``max_width``, the others (drafting
-        graphs, layer-skipping ones included) up to the widest seen.
+    def expect_widths(self, max_width: int) -> None:
+        """Give forwards up to ``max_width`` positions (padded to a bucket) static compiled graphs;
+        wider ones share the dynamic-width graph. Only widens: one run's methods may differ."""
+        if self.backend.compiled:
+            top = next((w for w in WIDTH_BUCKETS if w >= max_width), WIDTH_BUCKETS[-1])
+            self.backend.static_top = max(self.backend.static_top, top)
+
+    def precompile(self, max_width: int = 1, graphs: set[GraphKey] | None = None,
+                   verify_layer: int | None = None) -> int:
+        """Compile, now, every width bucket a timed run may meet for ``graphs`` (default: every graph
+        so far; warm-up passes the ones one method used): verification graphs (with the head, from
+        ``verify_layer`` when given, no layer skipped) up to ``max_width``, the others (drafting
+        graphs, layer-skipping ones, a split method's one-token full forwards) up to the widest seen.
         Returns the number of graphs compiled."""
         if not self.backend.compiled:
             return 0
+        self.expect_widths(max_width)
         seen: dict[tuple, int] = {}
-        for a, b, head, capture, ids, skip, width in list(self.backend.graphs):
+        for a, b, head, capture, ids, skip, width in list(self.backend.graphs if graphs is None else graphs):
             if width != "wide":
                 sig = (a, b, head, capture, ids, skip)
-                seen[sig] = max(seen.get(sig, 1), max_width if head and skip == ((), ()) else width)
+                verifies = head and skip == ((), ()) and verify_layer in (None, a)
+                seen[sig] = max(seen.get(sig, 1), max_width if verifies else width)
         before = len(self.backend.graphs)
         with torch.inference_mode():  # the engine's tensors are inference tensors, and graphs guard on that
             cache = self.new_cache(256)
@@ -572,7 +591,7 @@ class TargetModel:
         """Full forward of token ids from position ``start`` (tests and one-off checks)."""
         ids = torch.as_tensor(ids, device=self.device)
         cache = cache or self.new_cache(start + len(ids) + self.backend.width(len(ids)))
-        return self.forward(ids, cache, start, head=True).logits
+        return self.forward(ids, cache, start, head=True, prefill=True).logits
 
     # ---- text ---------------------------------------------------------------------------------
     def chat_ids(self, messages: list[dict]) -> list[int]:

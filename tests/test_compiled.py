@@ -34,6 +34,8 @@ def pair():
 def test_compiled_logits_equal_eager_and_models_do_not_share_weights(pair):
     (e1, e2), (c1, c2) = pair
     ids = [i % 45 + 3 for i in range(70)]  # longer than the widest bucket: the dynamic-width graph
+    for c in (c1, c2):
+        c.expect_widths(8)  # verification up to 8 positions: static buckets 1 and 8; the prompt: dynamic
     for e, c in ((e1, c1), (e2, c2), (e1, c1)):  # the second model would reuse the first's graph if keyed badly
         torch.testing.assert_close(c.logits(ids), e.logits(ids), rtol=1e-4, atol=1e-4)
         for width in (1, 3, 8):  # padded to the buckets 1, 8, 8
@@ -104,8 +106,8 @@ def test_the_configuration_is_pinned_asked_cached_or_measured(monkeypatch, tmp_p
 def test_graphs_compiled_before_timing_are_the_ones_the_engine_reuses(monkeypatch):
     """Nothing compiles while timing. A compiled graph guards on its inputs' dispatch keys and the
     engine's tensors are inference tensors, so the compile check of ``kernels.apply`` and
-    ``precompile`` must make theirs the same way; and warm-up must prefill a prompt wider than every
-    bucket, which runs the dynamic-width graph most Spec-Bench prompts need."""
+    ``precompile`` must make theirs the same way; and every prefill, whatever its length, must run
+    the one dynamic-width graph warm-up compiled."""
     from specharness.plugins import build_registry
     from specharness.runner import Settings, build_method, run_question, warm_up
     from specharness.tasks.specbench import Question
@@ -124,14 +126,45 @@ def test_graphs_compiled_before_timing_are_the_ones_the_engine_reuses(monkeypatc
             t.backend.on_new_graph = None
         assert not announced, f"compiled while timing: {[k.describe() for k in announced]}"
 
-    assert kernels.apply(t, "default") == ("default", None)  # compiles widths 16 (its context) and 1
+    assert kernels.apply(t, "default") == ("default", None)  # compiles width 1 and the dynamic width (its context)
     with no_recompile():
-        generate(t, NoDraft(), greedy, list(range(3, 15)), 4)  # prefill 12 -> bucket 16, then width 1
+        generate(t, NoDraft(), greedy, list(range(3, 15)), 4)  # prefill 12 -> dynamic, then width 1
     assert t.precompile(max_width=20) >= 1  # bucket 32 (and 8): new graphs
     with no_recompile():
-        generate(t, NoDraft(), greedy, list(range(3, 30)), 4)  # prefill 27 -> bucket 32
+        generate(t, NoDraft(), greedy, list(range(3, 30)), 4)  # prefill 27 -> dynamic, though bucket 32 exists
     vanilla = build_method(build_registry(), "vanilla", [], t, 0.0)
     warm_up(t, [vanilla], [Question("q", "qa", "qa", ["a short question"])], Settings(4, warmup=1))
     with no_recompile():
         run_question(t, vanilla, Question("long", "qa", "qa", ["a prompt of a hundred characters " * 3]),
                      Settings(4))
+
+
+def test_warm_up_compiles_static_graphs_only_for_verification_widths():
+    """A graph no round uses still costs a compile per run: a vanilla run gets width 1 and the
+    dynamic-width graph only; a method verifying up to 8 positions adds bucket 8, never 16-64, and
+    only for its own layer ranges."""
+    from specharness.plugins import build_registry
+    from specharness.runner import Settings, build_method, warm_up
+    from specharness.tasks.specbench import Question
+    t = TargetModel.tiny("llama", vocab_size=48, n_layers=2, hidden_size=32, seed=4)
+    t.chat_ids = lambda messages: [3 + ord(c) % 40 for m in messages for c in m["content"]]
+    t.decode = lambda ids: "".join(chr(97 + i % 26) for i in ids)
+    t.compile("default")
+    registry = build_registry()
+    question = Question("q", "qa", "qa", ["a question of some forty characters, say"])
+    warm_up(t, [build_method(registry, "vanilla", [], t, 0.0)], [question], Settings(4, warmup=1))
+    assert {g.width for g in t.backend.graphs} == {1, "wide"}
+    pld = build_method(registry, "pld", ["k=3", "branches=2"], t, 0.0)
+    assert pld.max_width == 7
+    warm_up(t, [pld], [question], Settings(4, warmup=1))
+    assert {g.width for g in t.backend.graphs} == {1, 8, "wide"}
+    # each method's graphs up to its own widest verification: early exit verifies 4 positions through
+    # layers 1-2, vanilla runs layers 0-2 one position at a time, and gets no width-8 graph of them
+    u = TargetModel.tiny("llama", vocab_size=48, n_layers=2, hidden_size=32, seed=5)
+    u.chat_ids, u.decode = t.chat_ids, t.decode
+    u.compile("default")
+    methods = [build_method(registry, "vanilla", [], u, 0.0),
+               build_method(registry, "early_exit", ["exit_layer=1", "gamma=3"], u, 0.0)]
+    warm_up(u, methods, [question], Settings(4, warmup=1))
+    widths = lambda a, b: {g.width for g in u.backend.graphs if (g.a, g.b, g.head) == (a, b, True)}  # noqa: E731
+    assert widths(0, 2) == {1, "wide"} and widths(1, 2) == {1, 8, "wide"}
