@@ -315,7 +315,8 @@ def cmd_run(args, methods_arg: list[str]) -> int:
                 target.backend.on_new_graph = None
             if target.backend.compiled:
                 print(f"engine: {target.engine['dtype']} compiled ({target.engine['compile']}): {warm['graphs']} "
-                      f"graphs, {warm['compile_s']:.0f} s compiling in warm-up (not timed)", file=sys.stderr)
+                      f"graphs, {warm['compile_s'] + warm['compile_s_before_warmup']:.0f} s compiling before timing "
+                      f"({warm['warmup_s']:.0f} s of warm-up)", file=sys.stderr)
             for w in writers.values():
                 w.update_meta(instrumentation_s_per_round=cost, warmup=warm, executor={"name": "local"})
             graphs_before = len(target.backend.graphs)

@@ -162,6 +162,7 @@ def warm_up(target: TargetModel, methods: list[Method], questions: list[Question
     else:
         graphs = target.precompile(max_width)
     return {"warmup_s": time.perf_counter() - started, "compile_s": target.backend.compile_s - compiled_before,
+            "compile_s_before_warmup": compiled_before,  # the engine's compile check (kernels.apply)
             "graphs": len(target.backend.graphs), "graphs_compiled_after_warmup_runs": graphs}
 
 
