@@ -55,10 +55,12 @@ def data_scaling(runs: list[Run]) -> list[Section]:
                                                 "label": r.label, "path": str(r.path)})
     header = ["Method", "Training conv.", "Held-out conv.", "Top-1 (target's continuation)",
               "Top-1 (own prefix)", "Off-policy gap", "CR [95% CI]", "Speedup [95% CI]"]
-    caption = ("Data scaling. Held-out top-1 agreement of the draft with the target's argmax, teacher-forced on "
-               "the target's own continuation, and at depth 2 on the drafter's own prefix (among positions whose "
-               "depth-1 draft agreed); the gap between them is the off-policy gap. CR and speedup: this run, "
-               "each checkpoint on the same questions.")
+    caption = ("Held-out top-1 agreement of the draft with the target's argmax, teacher-forced on the target's "
+               "own continuation, and at depth 2 on the drafter's own prefix (among positions whose depth-1 draft "
+               "agreed); the gap between them is the off-policy gap. A drafter that reads only the target's own "
+               "states (Kangaroo) has no off-policy input: its depth-2 agreement is the teacher-forced one at the "
+               "next position, on the positions its first draft got right, so it can exceed the first column. "
+               "CR and speedup: this run, each checkpoint on the same questions.")
     fig, (ax_top1, ax_cr) = plt.subplots(1, 2, figsize=(9, 3.6))
     for i, (method, pts) in enumerate(points.items()):
         sizes = [t["train_conversations"] for t, _ in pts]
