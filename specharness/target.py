@@ -211,6 +211,11 @@ Skip = tuple[tuple[int, ...], tuple[int, ...]]  # (layers whose attention, layer
 WIDTH_BUCKETS = (1, 8, 16, 32, 64)  # static compiled widths (padded) for verification; prefills: one dynamic graph
 
 
+def bucket(T: int) -> int:
+    """The narrowest width bucket that holds T positions (T itself past the widest)."""
+    return next((w for w in WIDTH_BUCKETS if w >= T), T)
+
+
 class GraphKey(NamedTuple):
     """What one compiled graph is specialised on."""
 
@@ -240,16 +245,16 @@ class EagerBackend:
         self.compile_s = 0.0
         self.on_new_graph: Callable[[GraphKey], None] | None = None  # told before each compile (a progress line)
 
-    def width(self, T: int) -> int:
+    def width(self, T: int, prefill: bool = False) -> int:
         return T
 
-    def __call__(self, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip, wide=False):
+    def __call__(self, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip, prefill=False):
         return self.stack(x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip)
 
 
 def _forward_wide(stack: DecoderStack, *args):
-    """A second entry point (its own code object, so its own graph cache) for widths past the
-    buckets, e.g. a prefill: compiled once with a dynamic width."""
+    """A second entry point (its own code object, so its own graph cache) for prefills and widths
+    past the static buckets: compiled once with a dynamic width."""
     return stack(*args)
 
 
@@ -257,7 +262,7 @@ class CompiledBackend(EagerBackend):
     """``torch.compile`` of the whole range [a, b) as one graph. On CPU inductor freezes the weights
     (constant-folded and prepacked for oneDNN). A round's forward, up to ``static_top`` positions (the
     bucket of the widest verification a run asks for: ``TargetModel.expect_widths``), is padded to a
-    bucket, so those graphs have static shapes except the context length; prefills (``wide``) and
+    bucket, so those graphs have static shapes except the context length; prefills and
     anything wider share one dynamic-width graph per layer range. Every graph is a minute of
     compiling per run, so no prompt length gets a graph of its own. ``graphs`` records every
     (range, head, capture, width) compiled, so warm-up can compile them all before timing starts."""
@@ -286,14 +291,18 @@ class CompiledBackend(EagerBackend):
         self.narrow = torch.compile(stack, fullgraph=True, **options)
         self.wide = torch.compile(_forward_wide, fullgraph=True, dynamic=True)
 
-    def width(self, T: int) -> int:
-        return next((w for w in WIDTH_BUCKETS if w >= T), T) if T <= self.static_top else T
+    def _static(self, T: int, prefill: bool) -> bool:
+        # a one-position prefill takes the static graph: a dynamic dimension of size 1 would specialise
+        return T <= self.static_top and not (prefill and T > 1)
 
-    def __call__(self, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip, wide=False):
+    def width(self, T: int, prefill: bool = False) -> int:
+        return bucket(T) if self._static(T, prefill) else T
+
+    def __call__(self, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip, prefill=False):
         T = x.shape[0]
         if mask.shape[1] > 1:
             torch._dynamo.mark_dynamic(mask, 1)  # the context grows every round
-        static = T <= self.static_top and not wide
+        static = self._static(T, prefill)
         key = GraphKey(a, b, head, capture, x.dtype == torch.long, skip, T if static else "wide")
         self.used.add(key)
         started = time.perf_counter() if key not in self.graphs else None
@@ -500,8 +509,7 @@ class TargetModel:
         if self.sliding_window and start + T > self.sliding_window:
             raise UsageError(f"sequence longer than the model's sliding window ({self.sliding_window}); "
                              "lower --max-new-tokens or use shorter prompts")
-        wide = prefill and T > 1  # one position: the static graph (a dynamic dimension of size 1 would specialise)
-        width = T if wide else self.backend.width(T)
+        width = self.backend.width(T, prefill)
         depths = torch.tensor(tree.depths, device=self.device) if not tree.is_chain else torch.arange(T, device=self.device)
         positions = start + depths
         if width > T:  # padding rows: the last node repeated, writing slots past the tree, seeing only themselves
@@ -511,7 +519,7 @@ class TargetModel:
         slots = torch.arange(start, start + width, device=self.device)
         mask = attention_mask(start, tree, width, self.device)
         h, logits, captured = self.backend(x, positions, slots, mask, cache.k[a:b], cache.v[a:b], a, b, head,
-                                           tuple(capture), (tuple(skip[0]), tuple(skip[1])), wide)
+                                           tuple(capture), (tuple(skip[0]), tuple(skip[1])), prefill)
         return Forward(h[:T], logits[:T] if logits is not None else None,
                        {layer: c[:T] for layer, c in zip(capture, captured)} if capture else None)
 
@@ -530,8 +538,7 @@ class TargetModel:
         """Give forwards up to ``max_width`` positions (padded to a bucket) static compiled graphs;
         wider ones share the dynamic-width graph. Only widens: one run's methods may differ."""
         if self.backend.compiled:
-            top = next((w for w in WIDTH_BUCKETS if w >= max_width), WIDTH_BUCKETS[-1])
-            self.backend.static_top = max(self.backend.static_top, top)
+            self.backend.static_top = max(self.backend.static_top, min(bucket(max_width), WIDTH_BUCKETS[-1]))
 
     def precompile(self, max_width: int = 1, graphs: set[GraphKey] | None = None,
                    verify_layer: int | None = None) -> int:
@@ -554,7 +561,7 @@ class TargetModel:
             cache = self.new_cache(256)
             for (a, b, head, capture, ids, skip), top in seen.items():
                 for w in WIDTH_BUCKETS:
-                    if w > self.backend.width(top):
+                    if w > bucket(top):
                         break
                     x = (torch.zeros(w, dtype=torch.long, device=self.device) if ids else
                          torch.zeros(w, self.hidden_size, dtype=self.dtype, device=self.device))
@@ -590,7 +597,7 @@ class TargetModel:
     def logits(self, ids: list[int] | torch.Tensor, cache: KVCache | None = None, start: int = 0) -> torch.Tensor:
         """Full forward of token ids from position ``start`` (tests and one-off checks)."""
         ids = torch.as_tensor(ids, device=self.device)
-        cache = cache or self.new_cache(start + len(ids) + self.backend.width(len(ids)))
+        cache = cache or self.new_cache(start + len(ids))  # a prefill: never padded
         return self.forward(ids, cache, start, head=True, prefill=True).logits
 
     # ---- text ---------------------------------------------------------------------------------

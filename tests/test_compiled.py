@@ -103,7 +103,15 @@ def test_the_configuration_is_pinned_asked_cached_or_measured(monkeypatch, tmp_p
     assert only.dtype == "float32" and only.compile in ("none", "default")
 
 
-def test_graphs_compiled_before_timing_are_the_ones_the_engine_reuses(monkeypatch):
+def _text_target(seed: int) -> TargetModel:
+    """A tiny llama that reads and writes text (one token per character), as a run's target does."""
+    t = TargetModel.tiny("llama", vocab_size=48, n_layers=2, hidden_size=32, seed=seed)
+    t.chat_ids = lambda messages: [3 + ord(c) % 40 for m in messages for c in m["content"]]
+    t.decode = lambda ids: "".join(chr(97 + i % 26) for i in ids)
+    return t
+
+
+def test_graphs_compiled_before_timing_are_the_ones_the_engine_reuses():
     """Nothing compiles while timing. A compiled graph guards on its inputs' dispatch keys and the
     engine's tensors are inference tensors, so the compile check of ``kernels.apply`` and
     ``precompile`` must make theirs the same way; and every prefill, whatever its length, must run
@@ -111,9 +119,7 @@ def test_graphs_compiled_before_timing_are_the_ones_the_engine_reuses(monkeypatc
     from specharness.plugins import build_registry
     from specharness.runner import Settings, build_method, run_question, warm_up
     from specharness.tasks.specbench import Question
-    t = TargetModel.tiny("llama", vocab_size=48, n_layers=2, hidden_size=32, seed=3)
-    monkeypatch.setattr(t, "chat_ids", lambda messages: [3 + ord(c) % 40 for m in messages for c in m["content"]])
-    monkeypatch.setattr(t, "decode", lambda ids: "".join(chr(97 + i % 26) for i in ids))
+    t = _text_target(3)
 
     @contextmanager
     def no_recompile():  # neither a new graph of ours nor a recompile of one of dynamo's
@@ -146,9 +152,7 @@ def test_warm_up_compiles_static_graphs_only_for_verification_widths():
     from specharness.plugins import build_registry
     from specharness.runner import Settings, build_method, warm_up
     from specharness.tasks.specbench import Question
-    t = TargetModel.tiny("llama", vocab_size=48, n_layers=2, hidden_size=32, seed=4)
-    t.chat_ids = lambda messages: [3 + ord(c) % 40 for m in messages for c in m["content"]]
-    t.decode = lambda ids: "".join(chr(97 + i % 26) for i in ids)
+    t = _text_target(4)
     t.compile("default")
     registry = build_registry()
     question = Question("q", "qa", "qa", ["a question of some forty characters, say"])
@@ -160,8 +164,7 @@ def test_warm_up_compiles_static_graphs_only_for_verification_widths():
     assert {g.width for g in t.backend.graphs} == {1, 8, "wide"}
     # each method's graphs up to its own widest verification: early exit verifies 4 positions through
     # layers 1-2, vanilla runs layers 0-2 one position at a time, and gets no width-8 graph of them
-    u = TargetModel.tiny("llama", vocab_size=48, n_layers=2, hidden_size=32, seed=5)
-    u.chat_ids, u.decode = t.chat_ids, t.decode
+    u = _text_target(5)
     u.compile("default")
     methods = [build_method(registry, "vanilla", [], u, 0.0),
                build_method(registry, "early_exit", ["exit_layer=1", "gamma=3"], u, 0.0)]
