@@ -4,10 +4,12 @@ The profile (``python -m specharness profile``) is measured separately, so agree
 (the old fitted model explained each file by its own round timings, which only shows they add up).
 A question's predicted time, per turn: the prefill at its prompt length, then for every round the
 drafter's cost (fixed + per drafted token, as profiled), the target forward at the round's width and
-context (profiled at two contexts, interpolated), and the engine's bookkeeping per round. Vanilla's:
-the same with no drafts. The predicted speedup is the ratio of those sums over the questions both
-files hold; files without widths (older engine) or whose drafter or configuration the profile does
-not hold are left out.
+context (profiled at two contexts, interpolated), and a fixed cost per round. For the engine's
+methods that is the engine's forward and bookkeeping; for transformers' ``generate`` and its
+speculative peers, transformers' own eager forward and ``generate``'s per-step overhead, plus the
+peer's profiled costs per round and per drafted token. Vanilla's: the engine with no drafts. The predicted speedup
+is the ratio of those sums over the questions both files hold; files without widths (older engine)
+or whose method or configuration the profile does not hold are left out.
 """
 
 from __future__ import annotations
@@ -17,10 +19,56 @@ import statistics
 from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from .records import QuestionRecord
+from .records import QuestionRecord, TurnRounds
 
 DEFAULT_BUCKETS = (1, 8, 16, 32, 64)  # a profile that does not say which buckets it ran with
+
+
+def _interpolate(points: dict[str, float], x: int) -> float:
+    """Linear between measured points, and past the ends from the two nearest."""
+    pts = sorted((int(k), v) for k, v in points.items())
+    xs = [p[0] for p in pts]
+    if x in xs:
+        return pts[xs.index(x)][1]
+    if len(pts) == 1:
+        return pts[0][1]
+    i = min(max(bisect_left(xs, x), 1), len(pts) - 1)
+    (x0, y0), (x1, y1) = pts[i - 1], pts[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+def _by_width(row: dict[str, float], width: int, padded: bool, buckets=DEFAULT_BUCKETS) -> float:
+    """ms at ``width``: a compiled engine pads to its bucket, so every width of a bucket costs the
+    same (the median of the bucket's measured widths); eager, linear between measured widths."""
+    if padded and width <= buckets[-1]:
+        bucket = next(b for b in buckets if b >= width)
+        lower = max([b for b in buckets if b < bucket], default=0)
+        same = [v for w, v in row.items() if lower < int(w) <= bucket]
+        if same:
+            return statistics.median(same)
+    if width < min(int(w) for w in row):
+        return row[str(min(int(w) for w in row))]
+    return _interpolate(row, width)
+
+
+def _forward(by_context: dict[str, dict[str, float]], padded: bool, buckets) -> Callable[[int, int], float]:
+    """(width, context) -> ms, from forward costs measured by width at a few contexts."""
+    def ms(width: int, context: int) -> float:
+        return _interpolate({c: _by_width(row, width, padded, buckets) for c, row in by_context.items()}, context)
+    return ms
+
+
+@dataclass
+class RoundCosts:
+    """What each part of a question costs (ms) for one method under one profile."""
+
+    prefill: Callable[[int], float]  # prompt length -> ms
+    forward: Callable[[int, int], float]  # (width, context) -> ms
+    draft_fixed_ms: float = 0.0  # per round that drafts
+    draft_per_token_ms: float = 0.0
+    per_round_ms: float = 0.0  # the engine's bookkeeping, or generate's overhead around each forward
 
 
 @dataclass
@@ -35,66 +83,64 @@ class Profile:
         return next((c for c in self.data["configs"] if c["dtype"] == dtype and c["compile"] == (compile_mode or "none")),
                     None)
 
-    @staticmethod
-    def _by_width(row: dict[str, float], width: int, padded: bool, buckets=DEFAULT_BUCKETS) -> float:
-        """ms at ``width``: a compiled engine pads to its bucket, so every width of a bucket costs the
-        same (the median of the bucket's measured widths); eager, linear between measured widths."""
-        ws = sorted(int(w) for w in row)
-        if padded and width <= buckets[-1]:
-            bucket = next(b for b in buckets if b >= width)
-            lower = max([b for b in buckets if b < bucket], default=0)
-            same = [row[str(w)] for w in ws if lower < w <= bucket]
-            if same:
-                return statistics.median(same)
-        if width in ws:
-            return row[str(width)]
-        i = bisect_left(ws, width)
-        if i == len(ws):  # past the widest measured: linear from the last two
-            (w0, w1) = ws[-2:]
-            return row[str(w1)] + (row[str(w1)] - row[str(w0)]) * (width - w1) / (w1 - w0)
-        if i == 0:
-            return row[str(ws[0])]
-        w0, w1 = ws[i - 1], ws[i]
-        return row[str(w0)] + (row[str(w1)] - row[str(w0)]) * (width - w0) / (w1 - w0)
-
-    def forward_ms(self, cfg: dict, width: int, context: int) -> float:
-        """ms of one forward over ``width`` positions after ``context`` cached ones."""
-        padded = cfg["compile"] != "none"
-        ctxs = sorted(int(c) for c in cfg["by_width"])
+    def engine_costs(self, dtype: str, compile_mode: str, method: str) -> RoundCosts | None:
+        """The engine's costs for a drafter the profile measured, in a configuration it measured."""
+        cfg, drafter = self.config(dtype, compile_mode), (self.data.get("drafters") or {}).get(method)
+        if cfg is None or drafter is None:
+            return None
         buckets = tuple(self.data.get("width_buckets") or DEFAULT_BUCKETS)
-        vals = [self._by_width(cfg["by_width"][str(c)], width, padded, buckets) for c in ctxs]
-        if len(ctxs) == 1:
-            return vals[0]
-        (c0, c1), (v0, v1) = ctxs[:2], vals[:2]
-        return v0 + (v1 - v0) * (context - c0) / (c1 - c0)
+        return RoundCosts(lambda n: _interpolate(cfg["prefill_ms"], n),
+                          _forward(cfg["by_width"], cfg["compile"] != "none", buckets),
+                          drafter["draft_fixed_ms"], drafter["draft_per_token_ms"], drafter["bookkeeping_ms"])
 
-    def prefill_ms(self, cfg: dict, length: int) -> float:
-        pts = sorted((int(n), v) for n, v in cfg["prefill_ms"].items())
-        (n0, v0), (n1, v1) = pts[0], pts[-1]
-        return v0 + (v1 - v0) * (length - n0) / (n1 - n0)
+    def transformers_costs(self, dtype: str, method: str) -> RoundCosts | None:
+        """transformers' costs (eager, in ``dtype``) for ``generate`` or a peer the profile measured."""
+        hf = (self.data.get("hf_generate") or {}).get(dtype) or {}
+        decoder = (self.data.get("decoders") or {}).get(method)
+        if "by_width" not in hf or decoder is None:
+            return None
+        forward = _forward(hf["by_width"], False, DEFAULT_BUCKETS)
+        overhead = max(hf["step_ms"] - forward(1, int(hf.get("step_context", 256))), 0.0)
+        return RoundCosts(lambda n: _interpolate(hf["prefill_ms"], n), forward,
+                          0.0, decoder["draft_per_token_ms"], overhead + decoder.get("per_round_ms", 0.0))
+
+    def costs(self, meta: dict) -> tuple[RoundCosts | None, str]:
+        """A result file's method's costs (engine drafter first, else transformers) and what ran it."""
+        dtype, mode, method = meta.get("dtype"), meta.get("compile"), meta.get("method")
+        got = self.engine_costs(dtype, mode, method)
+        if got is not None:
+            return got, f"{dtype}/{mode or 'none'}"
+        return self.transformers_costs(dtype, method), f"transformers {dtype}/eager"
 
 
-def question_ms(rec: QuestionRecord, profile: Profile, cfg: dict, drafter: dict) -> float | None:
-    """Predicted ms of one question under the profile (None: the record lacks forward widths)."""
+def turn_rounds(rounds) -> TurnRounds:
+    """A generation's rounds (``records.Round``) as a stored turn, for ``question_ms``."""
+    return TurnRounds([r.drafted for r in rounds], [r.accepted for r in rounds], width=[r.width for r in rounds])
+
+
+def question_ms(turns: list[TurnRounds], costs: RoundCosts) -> float | None:
+    """Predicted ms of one question's turns (None: a turn lacks forward widths)."""
     total = 0.0
-    for turn in rec.rounds:
-        if turn.width is None or not turn.width:
+    for turn in turns:
+        if not turn.width:
             return None
         ctx = turn.width[0]  # the prefill's width is the prompt's length
-        total += profile.prefill_ms(cfg, ctx)
+        total += costs.prefill(ctx)
         for k, a, w in zip(turn.drafted[1:], turn.accepted[1:], turn.width[1:]):
-            total += (drafter["draft_fixed_ms"] + drafter["draft_per_token_ms"] * k if k else 0.0)
-            total += profile.forward_ms(cfg, w, ctx) + drafter["bookkeeping_ms"]
+            total += (costs.draft_fixed_ms + costs.draft_per_token_ms * k if k else 0.0)
+            total += costs.forward(w, ctx) + costs.per_round_ms
             ctx += a + 1
     return total
 
 
-def predict(records: list[QuestionRecord], meta: dict, vanilla: list[QuestionRecord], profile: Profile) -> dict | None:
+def predict(records: list[QuestionRecord], meta: dict, vanilla: list[QuestionRecord], profile: Profile,
+            vanilla_meta: dict | None = None) -> dict | None:
     """Predicted and measured speedup of a file over its vanilla file, or None when the profile
-    cannot speak for it (another configuration, an unprofiled drafter, no widths recorded)."""
-    cfg = profile.config(meta.get("dtype"), meta.get("compile"))
-    drafters = profile.data.get("drafters") or {}
-    if cfg is None or meta.get("method") not in drafters or "vanilla" not in drafters:
+    cannot speak for it (another configuration, an unprofiled method, no widths recorded)."""
+    costs, engine = profile.costs(meta)
+    vmeta = vanilla_meta or meta
+    base = profile.engine_costs(vmeta.get("dtype"), vmeta.get("compile"), "vanilla")
+    if costs is None or base is None:
         return None
     by_id = {r.question_id: r for r in vanilla}
     pred_m = pred_v = meas_m = meas_v = 0.0
@@ -103,8 +149,7 @@ def predict(records: list[QuestionRecord], meta: dict, vanilla: list[QuestionRec
         v = by_id.get(r.question_id)
         if v is None:
             continue
-        pm = question_ms(r, profile, cfg, drafters[meta["method"]])
-        pv = question_ms(v, profile, cfg, drafters["vanilla"])
+        pm, pv = question_ms(r.rounds, costs), question_ms(v.rounds, base)
         if pm is None or pv is None:
             return None
         pred_m, pred_v = pred_m + pm, pred_v + pv
@@ -116,4 +161,4 @@ def predict(records: list[QuestionRecord], meta: dict, vanilla: list[QuestionRec
     measured = (tok_m / meas_m) / (tok_v / meas_v)
     return {"predicted_speedup": predicted, "measured_speedup": measured, "gap": measured / predicted - 1,
             "predicted_vanilla_ms_per_token": pred_v / tok_v, "measured_vanilla_ms_per_token": 1e3 * meas_v / tok_v,
-            "config": f"{cfg['dtype']}/{cfg['compile']}"}
+            "config": engine}

@@ -6,9 +6,14 @@ Measured in one run, after warm-up and compilation (never timed):
   roofline it implies: bytes of weights one decoding step must read / bandwidth, per dtype;
 - the target forward in ms by width (1..8, 16, 32, 64 positions) at two context lengths, and a
   prefill's cost by prompt length, for every engine configuration (dtype x eager / compiled);
-- transformers' ``generate`` step (ms per token) in each dtype: the baseline users have;
+- transformers' ``generate`` step (ms per token) in each dtype: the baseline users have; and the
+  transformers model's own forward by width and prefill by length, eager, which transformers'
+  speculative peers (``hf-prompt-lookup``, ``hf-assisted-early-exit``) verify with;
 - one draft step of each installed drafter (its ``propose`` time per round, fitted as fixed +
-  per drafted token), and the engine's own per-round cost, in the configuration runs will use.
+  per drafted token), and the engine's own per-round cost, in the configuration runs will use;
+- each of transformers' speculative peers: its time per drafted token, the part of a generation
+  on the profile's prompt that the transformers forwards above and ``generate``'s per-step
+  overhead do not explain (transformers does not expose its draft/verify split).
 
 It writes profile.json, profile.md and profile.png (ms against width, rooflines drawn), and
 records the configuration with the fastest vanilla step as this machine's default
@@ -34,13 +39,15 @@ from .metrics import fit_line
 from .options import method_variants, resolve_options
 from .plugins import build_registry
 from .report.figures import style
-from .runner import build_method
+from .runner import Settings, build_method
 from .target import WIDTH_BUCKETS, TargetModel
 
 WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64)
 CONTEXTS = (256, 1024)
 PREFILLS = (64, 256, 512)
 PROFILE_PROMPT = "Explain in a few sentences why the sky is blue."
+COPY_PROMPT = ("Repeat this list exactly, twice, one item per line: apples, pears, plums, figs, dates, limes, "
+               "kiwis, grapes, melons, cherries.")  # n-gram drafters draft much here, little on the first
 
 
 def bandwidth_gbs(mb: int = 540, repeats: int = 7) -> float:
@@ -95,18 +102,97 @@ def hf_step_ms(target, context: int = 256, new: int = 32) -> float:
     return 1e3 * (full - one) / (new - 1)
 
 
+def hf_forward_ms(target, context: int, width: int, repeats: int = 7) -> float:
+    """Median ms of one eager forward of the transformers model over ``width`` positions after
+    ``context`` cached ones (logits for every position, as a verification needs)."""
+    from transformers import DynamicCache
+    ids = torch.randint(0, target.vocab_size, (1, context + width), generator=torch.Generator().manual_seed(3))
+    ids = ids.to(target.device)
+    times = []
+    with torch.inference_mode():
+        cache = DynamicCache()
+        target.hf(ids[:, :context], cache=cache, use_cache=True, logits_to_keep=1)
+        for i in range(repeats + 2):
+            started = time.perf_counter()
+            target.hf(ids[:, context:], cache=cache, use_cache=True)
+            if i >= 2:
+                times.append(time.perf_counter() - started)
+            cache.crop(-width)  # back to ``context`` cached positions (transformers 5 crops by a negative count)
+    return 1e3 * statistics.median(times)
+
+
+def hf_prefill_ms(target, length: int, repeats: int = 3) -> float:
+    ids = torch.randint(0, target.vocab_size, (1, length), generator=torch.Generator().manual_seed(4)).to(target.device)
+    times = []
+    with torch.inference_mode():
+        for i in range(repeats + 1):
+            started = time.perf_counter()
+            target.hf(ids, use_cache=True, logits_to_keep=1)
+            if i:
+                times.append(time.perf_counter() - started)
+    return 1e3 * statistics.median(times)
+
+
+def hf_costs(target, widths, contexts, log=print) -> dict:
+    """transformers' side of the profile in ``target``'s dtype: generate's step, its forward by width
+    and context, its prefill by length; ``step_ms`` minus the one-position forward is what
+    ``generate`` spends around each forward (logits processing, stopping checks, cache updates)."""
+    out = {"step_ms": hf_step_ms(target, context=contexts[0]), "step_context": contexts[0]}
+    out["by_width"] = {str(c): {str(w): hf_forward_ms(target, c, w) for w in widths} for c in contexts}
+    out["prefill_ms"] = {str(n): hf_prefill_ms(target, n) for n in PREFILLS}
+    log(f"profile: transformers, {target.dtype}: generate {out['step_ms']:.1f} ms/token; forward "
+        + " ".join(f"{w}:{v:.1f}" for w, v in out["by_width"][str(contexts[0])].items()))
+    return out
+
+
+def _built(registry, names: list[str], target, options: dict | None, log):
+    """(name, method) for each of ``names`` built on its options; one that cannot be is logged and left out."""
+    for name in names:
+        try:
+            yield name, build_method(registry, name, (options or {}).get(name, []), target, 0.0)
+        except UsageError as exc:
+            log(f"profile: {name} left out ({exc})")
+
+
+def decoder_costs(target, registry, prompts: list[list[int]], hf: dict, tokens: int = 48, log=print,
+                  options: dict[str, list[str]] | None = None) -> dict:
+    """Per transformers decoder (``generate`` and its speculative peers): what its generations cost
+    beyond transformers' prefill, each round's forward (by width, from ``hf``) and generate's
+    per-step overhead, fitted (least squares, non-negative) as ms per round + ms per drafted token
+    over two generations on each of ``prompts`` (chosen to draft differently, so the two separate).
+    transformers does not expose its draft/verify split; this is the profile's stand-in for it."""
+    from scipy.optimize import nnls
+
+    from .costmodel import Profile, question_ms, turn_rounds
+    dtype = str(target.dtype).removeprefix("torch.")
+    out = {}
+    for name, method in _built(registry, sorted(registry.decoders), target, options, log):
+        method.generate(prompts[0], Settings(max_new_tokens=8), 0)  # warm
+        gens = [method.generate(p, Settings(max_new_tokens=tokens), 0) for p in prompts for _ in range(2)]
+        zero = {"per_round_ms": 0.0, "draft_per_token_ms": 0.0}
+        costs = Profile({"hf_generate": {dtype: hf}, "decoders": {name: zero}}).transformers_costs(dtype, name)
+        rows = [(len(g.rounds) - 1, sum(r.drafted for r in g.rounds[1:]),
+                 1e3 * g.wall_time - question_ms([turn_rounds(g.rounds)], costs)) for g in gens]
+        if any(d for _, d, _ in rows):
+            (per_round, per_token), _ = nnls([[n, d] for n, d, _ in rows], [res for _, _, res in rows])
+        else:  # generate itself: nothing drafted, its overhead is already generate's step
+            per_round = per_token = 0.0
+        out[name] = {"per_round_ms": float(per_round), "draft_per_token_ms": float(per_token),
+                     "unexplained_ms": statistics.mean(res for _, _, res in rows),
+                     "mean_drafted": sum(d for _, d, _ in rows) / max(sum(n for n, _, _ in rows), 1),
+                     "options": method.options}
+        log(f"profile: {name}: {per_round:.2f} ms per round + {per_token:.2f} ms per drafted token beyond "
+            f"transformers' forwards and generate's step")
+    return out
+
+
 def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=print,
                   options: dict[str, list[str]] | None = None) -> dict:
     """Per installed drafter, on its default options (or ``options[name]``, KEY=VALUE strings):
     propose seconds per round fitted as fixed + per drafted token; and the engine's own cost per
     round (verify excluded) from vanilla."""
     out = {}
-    for name in sorted(registry.drafters):
-        try:
-            method = build_method(registry, name, (options or {}).get(name, []), target, 0.0)
-        except UsageError as exc:
-            log(f"profile: {name} left out ({exc})")
-            continue
+    for name, method in _built(registry, sorted(registry.drafters), target, options, log):
         spec = registry.drafters[name]
         drafter = spec.build(target, method.options)
         target.expect_widths(method.max_width)
@@ -123,9 +209,25 @@ def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=pri
     return out
 
 
+def method_costs(model: str, device: str, dtype: str, mode: str, registry, hf: dict, tokens: int, log,
+                 options: dict | None) -> dict:
+    """The drafters' costs on the engine in (dtype, mode) and transformers' decoders' in dtype."""
+    target = TargetModel.load(model, dtype, device)
+    kernels.apply(target, mode)
+    prompt = target.chat_ids([{"role": "user", "content": PROFILE_PROMPT}])
+    out = {"drafters": drafter_costs(target, registry, prompt, tokens, log, options),
+           "drafters_config": {"dtype": dtype, "compile": mode}}
+    if "by_width" in hf.get(dtype, {}):
+        prompts = [target.chat_ids([{"role": "user", "content": text}]) for text in (PROFILE_PROMPT, COPY_PROMPT)]
+        out["decoders"] = decoder_costs(target, registry, prompts, hf[dtype], tokens, log, options)
+    else:
+        log(f"profile: transformers' peers left out: this profile has no transformers forward in {dtype}")
+    return out
+
+
 def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, str]], widths, contexts,
                 out: Path, drafters: bool = True, log=print, drafter_options: dict | None = None,
-                registry=None) -> dict:
+                registry=None, tokens: int = 48) -> dict:
     registry = registry or build_registry()
     gbs = bandwidth_gbs()
     log(f"profile: read bandwidth {gbs:.1f} GB/s")
@@ -140,8 +242,7 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
         if dtype not in rooflines:
             rooflines[dtype] = {"weight_bytes": weight_bytes(target), "ms": 1e3 * weight_bytes(target) / gbs / 1e9}
             log(f"profile: {dtype} roofline {rooflines[dtype]['ms']:.1f} ms per step ({weight_bytes(target) / 1e6:.0f} MB)")
-            result["hf_generate"][dtype] = {"step_ms": hf_step_ms(target)}
-            log(f"profile: transformers generate, {dtype}: {result['hf_generate'][dtype]['step_ms']:.1f} ms/token")
+            result["hf_generate"][dtype] = hf_costs(target, widths, contexts, log)
         started = time.perf_counter()
         got, why = kernels.apply(target, mode)
         if why:
@@ -169,16 +270,24 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
     log(f"profile: fastest vanilla step: {best['dtype']} / {best['compile']} ({step(best):.1f} ms); recorded as "
         "this machine's default")
     if drafters:
-        target = TargetModel.load(model, best["dtype"], device)
-        kernels.apply(target, best["compile"])
-        prompt = target.chat_ids([{"role": "user", "content": PROFILE_PROMPT}])
-        result["drafters"] = drafter_costs(target, registry, prompt, log=log, options=drafter_options)
-        result["drafters_config"] = dict(result["chosen"])
+        result.update(method_costs(model, device, best["dtype"], best["compile"], registry, result["hf_generate"],
+                                   tokens, log, drafter_options))
     out.mkdir(parents=True, exist_ok=True)
     (out / "profile.json").write_text(json.dumps(result, indent=1))
     (out / "profile.md").write_text(markdown(result))
     figure(result, out / "profile.png")
     return result
+
+
+def curves(p: dict):
+    """(dtype, how it ran, context, ms by width) of every forward the profile measured: the engine's
+    configurations, then transformers' eager model (what its generate and peers run)."""
+    for r in p["configs"]:
+        for ctx, row in r["by_width"].items():
+            yield r["dtype"], r["compile"], ctx, row
+    for dtype, hf in p.get("hf_generate", {}).items():
+        for ctx, row in hf.get("by_width", {}).items():
+            yield dtype, "transformers (eager)", ctx, row
 
 
 def markdown(p: dict) -> str:
@@ -192,17 +301,26 @@ def markdown(p: dict) -> str:
              "| dtype | compile | context | " + " | ".join(f"T={w}" for w in widths) + " | T=8 / T=1 | T=32 / T=1 | "
              "step / fp32 roofline |", "|" + "---|" * (len(widths) + 6)]
     fp32 = p["rooflines"].get("float32", {}).get("ms") or (2 * p["rooflines"].get("bfloat16", {}).get("ms", float("nan")))
-    for r in p["configs"]:
-        for ctx, row in r["by_width"].items():
-            ratio = lambda a: f"{row[a] / row['1']:.2f}" if a in row else "-"  # noqa: E731
-            lines.append(f"| {r['dtype']} | {r['compile']} | {ctx} | " + " | ".join(f"{row[w]:.1f}" for w in widths)
-                         + f" | {ratio('8')} | {ratio('32')} | {row['1'] / fp32:.2f} |")
+    for dtype, how, ctx, row in curves(p):
+        ratio = lambda a: f"{row[a] / row['1']:.2f}" if a in row and "1" in row else "-"  # noqa: E731
+        step = f"{row['1'] / fp32:.2f}" if "1" in row else "-"
+        lines.append(f"| {dtype} | {how} | {ctx} | " + " | ".join(f"{row[w]:.1f}" if w in row else "-" for w in widths)
+                     + f" | {ratio('8')} | {ratio('32')} | {step} |")
     lines.append("\nms per forward (median); chosen default: "
                  f"{p['chosen']['dtype']} / {p['chosen']['compile']} (fastest T=1 at context {ctxs[0] if ctxs else '-'}).")
     if p.get("drafters"):
         lines += ["\n| drafter | draft ms/round (fixed) | draft ms per token | bookkeeping ms/round |", "|---|---|---|---|"]
         lines += [f"| {n} | {d['draft_fixed_ms']:.2f} | {d['draft_per_token_ms']:.2f} | {d['bookkeeping_ms']:.2f} |"
                   for n, d in p["drafters"].items()]
+    if p.get("decoders"):
+        lines += ["\n| transformers decoder | ms per round | ms per drafted token | mean drafted per round |",
+                  "|---|---|---|---|"]
+        lines += [f"| {n} | {d['per_round_ms']:.2f} | {d['draft_per_token_ms']:.2f} | {d['mean_drafted']:.2f} |"
+                  for n, d in p["decoders"].items()]
+        lines.append("\nA transformers decoder's costs per round and per drafted token are fitted (least squares, "
+                     "non-negative) to what its generations on two prompts took beyond transformers' prefill, its "
+                     "forwards (by width, above) and generate's per-step overhead (generate's step minus its "
+                     "one-position forward).")
     return "\n".join(lines) + "\n"
 
 
@@ -212,11 +330,9 @@ def figure(p: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6.5, 4))
     i = 0
-    for r in p["configs"]:
-        for ctx, row in r["by_width"].items():
-            ws = [int(w) for w in row]
-            ax.plot(ws, list(row.values()), label=f"{r['dtype']} {r['compile']}, ctx {ctx}", **style(i))
-            i += 1
+    for dtype, how, ctx, row in curves(p):
+        ax.plot([int(w) for w in row], list(row.values()), label=f"{dtype} {how}, ctx {ctx}", **style(i))
+        i += 1
     for dtype, roof in p["rooflines"].items():
         ax.axhline(roof["ms"], color="black", linestyle=":" if dtype == "float32" else "--", linewidth=0.9)
         ax.text(1, roof["ms"], f" {dtype} roofline", va="bottom", fontsize=7)
@@ -240,12 +356,16 @@ def add_profile_parser(subparsers) -> None:
                    help="DTYPE/MODE list (default: every candidate)")
     p.add_argument("--widths", default=",".join(map(str, WIDTHS)))
     p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
-    p.add_argument("--no-drafters", action="store_true", help="skip the drafters' step costs")
+    p.add_argument("--no-drafters", action="store_true", help="skip the drafters' and transformers peers' costs")
+    p.add_argument("--tokens", type=int, default=48,
+                   help="tokens per generation when measuring a drafter or peer (two each, after a warm-up; "
+                        "default: %(default)s)")
     p.add_argument("-o", "--option", action="append", default=[], metavar="METHOD.KEY=VALUE",
-                   help="a drafter's option for its step cost, repeatable, e.g. -o self-spec.trials=8 "
-                        "(default: every drafter on its defaults)")
+                   help="a method's option for its costs, repeatable, e.g. -o self-spec.trials=8 "
+                        "(default: every method on its defaults)")
     p.add_argument("--drafters-only", action="store_true",
-                   help="measure only the drafters' step costs, into the profile already in --out (after training one)")
+                   help="measure only the drafters' and transformers peers' costs, into the profile already in --out "
+                        "(after training a drafter)")
     p.add_argument("--out", default="results/profile", help="output directory (default: %(default)s)")
 
 
@@ -261,22 +381,21 @@ def cmd_profile(args, threads: int) -> int:
             raise UsageError(f"--configs: '{'/'.join(c)}' is not DTYPE/MODE (e.g. bfloat16/default)")
     if not widths or min(widths) < 1 or not contexts or min(contexts) < 1:
         raise UsageError("--widths and --contexts must be positive")
+    if args.tokens < 4:
+        raise UsageError(f"--tokens {args.tokens}: a drafter needs at least 4 tokens to show its rounds")
     registry = build_registry()
-    drafter_options = {name: opts for name, (_, opts) in method_variants(sorted(registry.drafters), args.option).items()}
+    drafter_options = {name: opts for name, (_, opts) in method_variants(registry.methods, args.option).items()}
     for name, opts in drafter_options.items():  # a misspelt option is an error here, not a drafter left out later
-        resolve_options(name, registry.drafters[name].options, opts)
+        resolve_options(name, registry.method(name).options, opts)
     if args.drafters_only:
         path = Path(args.out) / "profile.json"
         if not path.is_file():
             raise UsageError(f"--drafters-only updates a profile: '{path}' does not exist; run profile first")
         result = json.loads(path.read_text())
         dtype, mode = result["chosen"]["dtype"], result["chosen"]["compile"]
-        target = TargetModel.load(args.model, dtype, args.device)
-        kernels.apply(target, mode)
-        prompt = target.chat_ids([{"role": "user", "content": PROFILE_PROMPT}])
         log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
-        result["drafters"] = drafter_costs(target, registry, prompt, log=log, options=drafter_options)
-        result["drafters_config"] = {"dtype": dtype, "compile": mode}
+        result.update(method_costs(args.model, args.device, dtype, mode, registry, result["hf_generate"],
+                                   args.tokens, log, drafter_options))
         result["drafters_command"] = "python -m specharness " + " ".join(sys.argv[1:])
         path.write_text(json.dumps(result, indent=1))
         (Path(args.out) / "profile.md").write_text(markdown(result))
@@ -284,6 +403,6 @@ def cmd_profile(args, threads: int) -> int:
         return 0
     run_profile(args.model, args.device, threads, configs, widths, contexts, Path(args.out),
                 not args.no_drafters, log=lambda s: print(s, file=sys.stderr, flush=True),
-                drafter_options=drafter_options, registry=registry)
+                drafter_options=drafter_options, registry=registry, tokens=args.tokens)
     print(f"wrote {args.out}/profile.json, profile.md, profile.png")
     return 0

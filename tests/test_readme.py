@@ -10,6 +10,7 @@ before the comparison that uses its heads, as it does for a reader following the
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -27,7 +28,8 @@ SHRINK = {
     "lossless": ["--subtasks", "qa", "--max-new-tokens", "8", "--samples-a", "300", "--samples-b", "100",
                  "--samples-c", "800", "--quiet"],
     "train": ["-o", "conversations=8", "-o", "max_answer_tokens=8", "-o", "epochs=1"],
-    "profile": ["--configs", "float32/none", "--widths", "1,2", "--contexts", "32,64", "-o", "self-spec.trials=2"],
+    "profile": ["--configs", "float32/none", "--widths", "1,2", "--contexts", "32,64", "-o", "self-spec.trials=2",
+                "--tokens", "8"],
 }
 
 
@@ -92,3 +94,11 @@ def test_readme_command_runs_as_written(i, workdir, monkeypatch):
     finally:
         torch.set_num_threads(threads)
     assert rc == 0, COMMANDS[i]
+    if COMMANDS[i].startswith("profile"):  # every installed method has profiled costs for the cost model
+        out = Path(shlex.split(COMMANDS[i])[shlex.split(COMMANDS[i]).index("--out") + 1])
+        data = json.loads((workdir / out / "profile.json").read_text())
+        from specharness.plugins import build_registry
+        registry = build_registry()
+        assert set(data["drafters"]) == set(registry.drafters) and set(data["decoders"]) == set(registry.decoders)
+        assert data["decoders"]["hf-prompt-lookup"]["mean_drafted"] > 0  # the copy prompt gives it n-grams
+        assert set(data["hf_generate"]["float32"]["by_width"]["32"]) == {"1", "2"}

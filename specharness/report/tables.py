@@ -237,7 +237,7 @@ def cost_model_profile(runs: list[Run], profile) -> list[Section]:
     for r in sorted(runs, key=lambda r: (r.short, r.label)):
         if r.is_vanilla or r.baseline is None:
             continue
-        got = predict(r.records, r.meta, r.baseline.records, profile)
+        got = predict(r.records, r.meta, r.baseline.records, profile, r.baseline.meta)
         if got is None:
             continue
         gap = got["gap"]
@@ -249,12 +249,13 @@ def cost_model_profile(runs: list[Run], profile) -> list[Section]:
     if not rows:
         return [Note("profile cost model skipped: no file whose configuration, drafter and forward widths the "
                      "profile covers")]
-    header = ["File", "Engine", "CR", "Vanilla ms/token (profile)", "Vanilla ms/token (measured)",
+    header = ["File", "Ran on", "CR", "Vanilla ms/token (profile)", "Vanilla ms/token (measured)",
               "Predicted speedup", "Measured speedup", "Measured vs predicted"]
     caption = (f"Speedup predicted from the engine profile ({profile.data.get('cpu', '?')}, "
                f"{profile.data.get('created', '?')}; forward cost by width and context, drafter step costs, "
-               "bookkeeping) and each file's own rounds (draft sizes, widths, contexts), beside the measured one. "
-               "‡ more than 10% apart.")
+               "bookkeeping; for transformers' generate and its peers, transformers' eager forward, generate's "
+               "per-step overhead and the peer's costs per round and per drafted token) and each file's own rounds "
+               "(draft sizes, widths, contexts), beside the measured one. ‡ more than 10% apart.")
     return [Table("cost_model_profile", "Cost model (profile).", caption, header, rows, data)]
 
 

@@ -1,0 +1,73 @@
+"""The profile cost model's arithmetic: a question's predicted time from profiled costs and its rounds."""
+
+from __future__ import annotations
+
+import pytest
+
+from specharness.costmodel import Profile, predict, question_ms
+from specharness.records import QuestionRecord, TurnRounds
+
+PROFILE = {
+    "configs": [{"dtype": "bfloat16", "compile": "none",
+                 "by_width": {"100": {"1": 10.0, "2": 12.0, "4": 16.0}, "300": {"1": 14.0, "2": 16.0, "4": 20.0}},
+                 "prefill_ms": {"10": 5.0, "30": 15.0}},
+                {"dtype": "bfloat16", "compile": "max-autotune",
+                 "by_width": {"100": {"1": 10.0, "2": 12.0, "4": 16.0, "8": 18.0}},
+                 "prefill_ms": {"10": 5.0, "30": 15.0}}],
+    "width_buckets": [1, 8],
+    "drafters": {"vanilla": {"draft_fixed_ms": 0.0, "draft_per_token_ms": 0.0, "bookkeeping_ms": 1.0},
+                 "chain": {"draft_fixed_ms": 2.0, "draft_per_token_ms": 1.0, "bookkeeping_ms": 1.0}},
+    "hf_generate": {"bfloat16": {"step_ms": 20.0, "step_context": 100, "by_width": {"100": {"1": 15.0, "3": 19.0}},
+                                 "prefill_ms": {"20": 40.0}}},
+    "decoders": {"hf-generate": {"draft_per_token_ms": 0.0}, "hf-peer": {"draft_per_token_ms": 3.0, "per_round_ms": 1.0}},
+}
+
+
+def _record(qid, drafted, accepted, width, time_s, tokens):
+    turn = TurnRounds(drafted, accepted, width=width)
+    return QuestionRecord(qid, "qa", rounds=[turn], new_tokens=[tokens], wall_time=[time_s])
+
+
+def test_forward_cost_interpolates_context_and_pads_compiled_widths():
+    p = Profile(PROFILE)
+    eager = p.engine_costs("bfloat16", "none", "vanilla")
+    assert eager.forward(1, 200) == pytest.approx(12.0)  # halfway between contexts 100 and 300
+    assert eager.forward(3, 100) == pytest.approx(14.0)  # eager: linear between widths 2 and 4
+    compiled = p.engine_costs("bfloat16", "max-autotune", "vanilla")
+    assert compiled.forward(3, 100) == pytest.approx(16.0)  # padded to bucket 8: median of widths 2..8
+    assert eager.prefill(20) == pytest.approx(10.0)
+
+
+def test_engine_and_transformers_questions_cost_what_their_rounds_say():
+    p = Profile(PROFILE)
+    # engine: a 100-token prefill (50 ms: linear past the profiled 10..30), a round drafting nothing
+    # (forward 10 + bookkeeping 1), then one drafting 2 at context 101 (2 + 2 x 1, forward 14.02, 1)
+    chain = p.engine_costs("bfloat16", "none", "chain")
+    turn = TurnRounds([0, 0, 2], [0, 0, 1], width=[100, 1, 3])
+    assert question_ms([turn], chain) == pytest.approx(50.0 + 11.0 + 4.0 + 14.02 + 1.0)
+    # transformers: its own forward, generate's overhead (step 20 - forward 15), the peer's 1 ms per
+    # round and 3 ms per drafted token
+    peer = p.costs({"dtype": "bfloat16", "compile": "max-autotune", "method": "hf-peer"})[0]
+    turn = TurnRounds([0, 2, 0], [0, 2, 0], width=[20, 3, 1])
+    assert question_ms([turn], peer) == pytest.approx(40.0 + (19.0 + 5.0 + 1.0 + 6.0) + (15.0 + 5.0 + 1.0))
+    plain = p.costs({"dtype": "bfloat16", "compile": "none", "method": "hf-generate"})[0]
+    assert question_ms([TurnRounds([0, 0], [0, 0], width=[20, 1])], plain) == pytest.approx(40.0 + 20.0)
+    assert question_ms([TurnRounds([0, 0], [0, 0])], peer) is None  # no widths recorded: no prediction
+
+
+def test_predict_compares_token_rates_and_refuses_what_the_profile_lacks():
+    p = Profile(PROFILE)
+    meta = {"dtype": "bfloat16", "compile": "none", "method": "chain"}
+    vanilla = [_record(1, [0, 0, 0], [0, 0, 0], [10, 1, 1], 0.1, 3)]
+    method = [_record(1, [0, 2], [0, 2], [10, 3], 0.05, 3)]
+    got = predict(method, meta, vanilla, p, {**meta, "method": "vanilla"})
+    pred_v = 5.0 + (8.2 + 1.0) + (8.22 + 1.0)  # contexts 10 and 11: extrapolated below the profiled 100
+    pred_m = 5.0 + 4.0 + 12.2 + 1.0
+    assert got["predicted_speedup"] == pytest.approx(pred_v / pred_m)
+    assert got["measured_speedup"] == pytest.approx(2.0)
+    assert got["gap"] == pytest.approx(2.0 / (pred_v / pred_m) - 1)
+    assert got["predicted_vanilla_ms_per_token"] == pytest.approx(pred_v / 3)
+    assert predict(method, {**meta, "method": "unprofiled"}, vanilla, p) is None
+    assert predict(method, {**meta, "dtype": "float32"}, vanilla, p) is None
+    no_widths = [QuestionRecord(1, "qa", rounds=[TurnRounds([0, 2], [0, 2])], new_tokens=[3], wall_time=[0.05])]
+    assert predict(no_widths, meta, vanilla, p) is None
