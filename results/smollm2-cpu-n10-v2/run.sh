@@ -19,4 +19,4 @@ python -m specharness compare \
     --bench-file "$BENCH" --limit "${LIMIT:-10}" --max-new-tokens 128 \
     --repeats 2 --warmup 2 --threads 2 --out-dir "$OUT" --resume
 python -m specharness lossless --certify "$OUT" --bench-file "$BENCH"
-python -m specharness report "$OUT" --profile results/smollm2-cpu-profile/profile.json --out "$OUT/report"
+python -m specharness report "$OUT" --profile results/smollm2-cpu-profile-v2/profile.json --out "$OUT/report"
