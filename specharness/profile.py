@@ -222,6 +222,7 @@ def method_costs(model: str, device: str, dtype: str, mode: str, registry, hf: d
         out["decoders"] = decoder_costs(target, registry, prompts, hf[dtype], tokens, log, options)
     else:
         log(f"profile: transformers' peers left out: this profile has no transformers forward in {dtype}")
+    out["left_out"] = sorted(set(registry.methods) - set(out["drafters"]) - set(out.get("decoders", {})))
     return out
 
 
@@ -312,6 +313,8 @@ def markdown(p: dict) -> str:
         lines += ["\n| drafter | draft ms/round (fixed) | draft ms per token | bookkeeping ms/round |", "|---|---|---|---|"]
         lines += [f"| {n} | {d['draft_fixed_ms']:.2f} | {d['draft_per_token_ms']:.2f} | {d['bookkeeping_ms']:.2f} |"
                   for n, d in p["drafters"].items()]
+    if p.get("left_out"):
+        lines.append(f"\nLeft out (could not be built here; the profile's log says why): {', '.join(p['left_out'])}.")
     if p.get("decoders"):
         lines += ["\n| transformers decoder | ms per round | ms per drafted token | mean drafted per round |",
                   "|---|---|---|---|"]
