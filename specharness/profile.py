@@ -33,7 +33,6 @@ from pathlib import Path
 import torch
 
 from . import kernels
-from .engine import generate
 from .errors import UsageError
 from .metrics import fit_line
 from .options import method_variants, resolve_options
@@ -53,13 +52,7 @@ COPY_PROMPT = ("Repeat this list exactly, twice, one item per line: apples, pear
 def bandwidth_gbs(mb: int = 540, repeats: int = 7) -> float:
     """Read bandwidth: GB/s of summing a float32 tensor of ``mb`` MB (median of repeats)."""
     x = torch.ones(mb * 1024 * 1024 // 4)
-    x.sum()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        x.sum()
-        times.append(time.perf_counter() - started)
-    return x.numel() * 4 / statistics.median(times) / 1e9
+    return x.numel() * 4 / (_median_ms(x.sum, repeats) / 1e3) / 1e9
 
 
 def weight_bytes(target) -> int:
@@ -71,23 +64,36 @@ def weight_bytes(target) -> int:
     return (n + target.head_weight.numel() + target.norm_weight.numel()) * per
 
 
-def prefill_ms(target, length: int, repeats: int = 5) -> float:
+def _median_ms(call, repeats: int, warm: int = 1, after=None) -> float:
+    """Median ms of ``call()`` over ``repeats`` timed calls after ``warm`` untimed ones; ``after()``
+    (untimed) restores the state each call changed, e.g. the cache length."""
     times = []
+    for i in range(warm + repeats):
+        started = time.perf_counter()
+        call()
+        if i >= warm:
+            times.append(time.perf_counter() - started)
+        if after is not None:
+            after()
+    return 1e3 * statistics.median(times)
+
+
+def _random_ids(target, n: int, seed: int, batch: bool = False) -> torch.Tensor:
+    ids = torch.randint(0, target.vocab_size, (1, n) if batch else (n,), generator=torch.Generator().manual_seed(seed))
+    return ids.to(target.device)
+
+
+def prefill_ms(target, length: int, repeats: int = 5) -> float:
     with torch.inference_mode():  # inference tensors, as the engine's: compiled graphs guard on that
         cache = target.new_cache(length + 128)
-        ids = torch.randint(0, target.vocab_size, (length,), generator=torch.Generator().manual_seed(1)).to(target.device)
-        for i in range(repeats + 1):
-            cache.crop(0)
-            started = time.perf_counter()
-            target.forward(ids, cache, 0, head=True, prefill=True)
-            if i:
-                times.append(time.perf_counter() - started)
-    return 1e3 * statistics.median(times)
+        ids = _random_ids(target, length, 1)
+        return _median_ms(lambda: target.forward(ids, cache, 0, head=True, prefill=True), repeats,
+                          after=lambda: cache.crop(0))
 
 
 def hf_step_ms(target, context: int = 256, new: int = 32) -> float:
     """transformers' generate: ms per generated token (the prefill subtracted: new vs one token)."""
-    ids = torch.randint(0, target.vocab_size, (1, context), generator=torch.Generator().manual_seed(2)).to(target.device)
+    ids = _random_ids(target, context, 2, batch=True)
 
     def run(n: int) -> float:
         started = time.perf_counter()
@@ -106,31 +112,19 @@ def hf_forward_ms(target, context: int, width: int, repeats: int = 7) -> float:
     """Median ms of one eager forward of the transformers model over ``width`` positions after
     ``context`` cached ones (logits for every position, as a verification needs)."""
     from transformers import DynamicCache
-    ids = torch.randint(0, target.vocab_size, (1, context + width), generator=torch.Generator().manual_seed(3))
-    ids = ids.to(target.device)
-    times = []
+    ids = _random_ids(target, context + width, 3, batch=True)
     with torch.inference_mode():
         cache = DynamicCache()
         target.hf(ids[:, :context], cache=cache, use_cache=True, logits_to_keep=1)
-        for i in range(repeats + 2):
-            started = time.perf_counter()
-            target.hf(ids[:, context:], cache=cache, use_cache=True)
-            if i >= 2:
-                times.append(time.perf_counter() - started)
-            cache.crop(-width)  # back to ``context`` cached positions (transformers 5 crops by a negative count)
-    return 1e3 * statistics.median(times)
+        # back to ``context`` cached positions after each call (transformers 5 crops by a negative count)
+        return _median_ms(lambda: target.hf(ids[:, context:], cache=cache, use_cache=True), repeats, warm=2,
+                          after=lambda: cache.crop(-width))
 
 
 def hf_prefill_ms(target, length: int, repeats: int = 3) -> float:
-    ids = torch.randint(0, target.vocab_size, (1, length), generator=torch.Generator().manual_seed(4)).to(target.device)
-    times = []
+    ids = _random_ids(target, length, 4, batch=True)
     with torch.inference_mode():
-        for i in range(repeats + 1):
-            started = time.perf_counter()
-            target.hf(ids, use_cache=True, logits_to_keep=1)
-            if i:
-                times.append(time.perf_counter() - started)
-    return 1e3 * statistics.median(times)
+        return _median_ms(lambda: target.hf(ids, use_cache=True, logits_to_keep=1), repeats)
 
 
 def hf_costs(target, widths, contexts, log=print) -> dict:
@@ -193,12 +187,9 @@ def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=pri
     round (verify excluded) from vanilla."""
     out = {}
     for name, method in _built(registry, sorted(registry.drafters), target, options, log):
-        spec = registry.drafters[name]
-        drafter = spec.build(target, method.options)
         target.expect_widths(method.max_width)
-        accept = registry.verifier("greedy").accept
-        generate(target, drafter, accept, prompt, 8)  # warm
-        rounds = [r for _ in range(2) for r in generate(target, drafter, accept, prompt, tokens).rounds[1:]]
+        method.generate(prompt, Settings(max_new_tokens=8), 0)  # warm (greedy: temperature 0)
+        rounds = [r for _ in range(2) for r in method.generate(prompt, Settings(max_new_tokens=tokens), 0).rounds[1:]]
         ks = [r.drafted for r in rounds]
         fixed, per = fit_line(ks, [r.draft_s for r in rounds])
         out[name] = {"draft_fixed_ms": 1e3 * fixed, "draft_per_token_ms": 1e3 * per,
