@@ -34,7 +34,7 @@ def _common_model_args(p: argparse.ArgumentParser) -> None:
                         "(default: %(default)s)")
     g.add_argument("--device", default="cpu", help="cpu | cuda (default: %(default)s)")
     g.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads, recorded in every result (default: all cores, %(default)s = os.cpu_count())")
+                   help="torch CPU threads, recorded in every result (default: every core this process may run on)")
     g.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE.py",
                    help="load a third-party plugin (repeatable)")
 
@@ -132,7 +132,16 @@ def build_parser() -> argparse.ArgumentParser:
 def _check_threads(threads: int | None) -> int:
     if threads is not None and threads < 1:
         raise UsageError(f"--threads must be at least 1, got {threads}; leave it out to use every core")
-    return threads or os.cpu_count() or 1
+    return threads or usable_cores()
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (taskset, a container's cpuset, a test
+    worker pinned to one core), not every core of the machine, so threads never outnumber them."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # no affinity on this OS (macOS, Windows)
+        return os.cpu_count() or 1
 
 
 def _setup_threads(threads: int | None) -> int:

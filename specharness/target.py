@@ -658,7 +658,7 @@ def _converted_gguf(gguf: Path, name: str | None = None) -> Path:
     cfg = hf.config.to_dict()
     cfg.pop("quantization_config", None)
     cfg.pop("_model_name_or_path", None)
-    tmp = out.with_name(out.name + ".partial")
+    tmp = out.with_name(f"{out.name}.partial-{os.getpid()}")  # one per process: two may convert at once
     tmp.mkdir(parents=True, exist_ok=True)
     tied = cfg.get("tie_word_embeddings", False)
     state = {k: v.contiguous() for k, v in hf.state_dict().items() if not (tied and k == "lm_head.weight")}
@@ -666,9 +666,15 @@ def _converted_gguf(gguf: Path, name: str | None = None) -> Path:
     (tmp / "config.json").write_text(json.dumps(cfg, indent=1))
     hf.generation_config.save_pretrained(tmp)
     tok.save_pretrained(tmp)
+    import shutil
+    if (out / "model.safetensors").is_file() and (out / "config.json").is_file():
+        shutil.rmtree(tmp)  # another process finished the same conversion first: keep its copy
+        return out
     if out.exists():
-        import shutil
         shutil.rmtree(out)
-    tmp.rename(out)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process renamed its copy into place between the check and here
+        shutil.rmtree(tmp, ignore_errors=True)
     print(f"specharness: converted in {time.perf_counter() - started:.0f} s", flush=True)
     return out

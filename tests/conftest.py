@@ -14,7 +14,21 @@ from pathlib import Path
 import pytest
 import torch
 
-torch.set_num_threads(2)
+
+def _pin_xdist_worker() -> int:
+    """Under pytest-xdist (the default run: ``-n 2``) each worker is pinned to a core of its own and
+    runs one torch thread: two workers of two threads each on two cores would spin-wait on each other
+    (several times slower). Run alone (``-p no:xdist`` or ``-n 0``), the suite keeps two threads."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or not hasattr(os, "sched_setaffinity"):
+        return 2
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[int(worker[2:]) % len(cores)]})
+    return 1
+
+
+THREADS = _pin_xdist_worker()
+torch.set_num_threads(THREADS)
 
 # Spec-Bench's full file only where a test asks for it (see ``specbench_file``), never by default
 SPEC_BENCH_ENV = "SPECHARNESS_TEST_SPECBENCH"

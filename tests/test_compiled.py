@@ -22,13 +22,14 @@ from specharness.verify import greedy
 @pytest.fixture(scope="module")
 def pair():
     """Two tiny models of one shape (different weights), compiled, and eager twins of them."""
+    before = torch.get_num_threads()
     torch.set_num_threads(1)
     eager = [TargetModel.tiny("qwen2", vocab_size=48, n_layers=2, hidden_size=32, seed=s) for s in (1, 2)]
     compiled = [TargetModel.tiny("qwen2", vocab_size=48, n_layers=2, hidden_size=32, seed=s) for s in (1, 2)]
     for t in compiled:
         t.compile("default")
     yield eager, compiled
-    torch.set_num_threads(2)
+    torch.set_num_threads(before)
 
 
 def test_compiled_logits_equal_eager_and_models_do_not_share_weights(pair):
