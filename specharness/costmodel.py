@@ -83,9 +83,16 @@ class Profile:
         return next((c for c in self.data["configs"] if c["dtype"] == dtype and c["compile"] == (compile_mode or "none")),
                     None)
 
-    def engine_costs(self, dtype: str, compile_mode: str, method: str) -> RoundCosts | None:
+    def _measured(self, kind: str, method: str, options: dict | None) -> dict | None:
+        """The profile's entry for ``method``: the variant measured on exactly ``options`` (a tree
+        drafts at another cost than a chain), else the one measured on the method's defaults."""
+        entries = self.data.get(kind) or {}
+        same = [e for label, e in entries.items() if e.get("method", label) == method and e.get("options") == options]
+        return same[0] if same and options is not None else entries.get(method)
+
+    def engine_costs(self, dtype: str, compile_mode: str, method: str, options: dict | None = None) -> RoundCosts | None:
         """The engine's costs for a drafter the profile measured, in a configuration it measured."""
-        cfg, drafter = self.config(dtype, compile_mode), (self.data.get("drafters") or {}).get(method)
+        cfg, drafter = self.config(dtype, compile_mode), self._measured("drafters", method, options)
         if cfg is None or drafter is None:
             return None
         buckets = tuple(self.data.get("width_buckets") or DEFAULT_BUCKETS)
@@ -93,10 +100,10 @@ class Profile:
                           _forward(cfg["by_width"], cfg["compile"] != "none", buckets),
                           drafter["draft_fixed_ms"], drafter["draft_per_token_ms"], drafter["bookkeeping_ms"])
 
-    def transformers_costs(self, dtype: str, method: str) -> RoundCosts | None:
+    def transformers_costs(self, dtype: str, method: str, options: dict | None = None) -> RoundCosts | None:
         """transformers' costs (eager, in ``dtype``) for ``generate`` or a peer the profile measured."""
         hf = (self.data.get("hf_generate") or {}).get(dtype) or {}
-        decoder = (self.data.get("decoders") or {}).get(method)
+        decoder = self._measured("decoders", method, options)
         if "by_width" not in hf or decoder is None:
             return None
         forward = _forward(hf["by_width"], False, DEFAULT_BUCKETS)
@@ -106,11 +113,11 @@ class Profile:
 
     def costs(self, meta: dict) -> tuple[RoundCosts | None, str]:
         """A result file's method's costs (engine drafter first, else transformers) and what ran it."""
-        dtype, mode, method = meta.get("dtype"), meta.get("compile"), meta.get("method")
-        got = self.engine_costs(dtype, mode, method)
+        dtype, mode, method, options = meta.get("dtype"), meta.get("compile"), meta.get("method"), meta.get("options")
+        got = self.engine_costs(dtype, mode, method, options)
         if got is not None:
             return got, f"{dtype}/{mode or 'none'}"
-        return self.transformers_costs(dtype, method), f"transformers {dtype}/eager"
+        return self.transformers_costs(dtype, method, options), f"transformers {dtype}/eager"
 
 
 def turn_rounds(rounds) -> TurnRounds:

@@ -64,6 +64,50 @@ def weight_bytes(target) -> int:
     return (n + target.head_weight.numel() + target.norm_weight.numel()) * per
 
 
+def _linear_shapes(target) -> list[tuple[int, int, int]]:
+    """(out, in, count) of every matmul one position goes through: the layers' and the LM head."""
+    shapes: dict[tuple[int, int], int] = {}
+    for w in target.layers_w:
+        for m in (w.attn.wqkv, w.attn.wo, w.w_gate_up, w.w_down):
+            shapes[tuple(m.shape)] = shapes.get(tuple(m.shape), 0) + 1
+    head = tuple(target.head_weight.shape)
+    shapes[head] = shapes.get(head, 0) + 1
+    return [(o, i, n) for (o, i), n in shapes.items()]
+
+
+def _hot_linear_ms(x: torch.Tensor, out: int, budget: int = 1 << 20) -> float:
+    """ms of ``linear(x, W)`` for a weight of ``out`` rows, timed on as many rows as fit ``budget``
+    bytes (cache-resident, so no memory traffic) and scaled to all of them: pure compute."""
+    rows = max(1, min(out, budget // (x.shape[1] * x.element_size())))
+    w = torch.randn(rows, x.shape[1], dtype=x.dtype, device=x.device)
+    return _median_ms(lambda: torch.nn.functional.linear(x, w), 9, warm=2) * out / rows
+
+
+def compute_costs(target, widths, roofline_ms: float, peak_width: int = 256) -> dict:
+    """What the matmuls alone cost by width, so a width curve can be judged against this machine:
+
+    - ``gemm_hot_ms``: the model's linears at each width with their weights hot in cache (eager,
+      this dtype): the kernels' compute with no memory traffic;
+    - ``peak_gflops``: the best throughput those kernels reach (width ``peak_width``), and
+      ``floor_ms``: max(memory roofline, matmul FLOPs / peak), below which no forward of that width
+      runs with these kernels. Attention and norms are left out (a few % of the FLOPs at 1k context).
+    """
+    shapes = _linear_shapes(target)
+    flops = 2 * sum(o * i * n for o, i, n in shapes)  # per position
+    hidden = shapes[0][1]
+    probe = max(shapes, key=lambda s: s[0] * s[1] * s[2] if s[1] == hidden else 0)
+    x = torch.randn(peak_width, probe[1], dtype=target.dtype, device=target.device)
+    peak = 2 * peak_width * probe[0] * probe[1] / (_hot_linear_ms(x, probe[0]) / 1e3) / 1e9
+    hot = {}
+    with torch.inference_mode():
+        for width in widths:
+            hot[str(width)] = sum(n * _hot_linear_ms(torch.randn(width, i, dtype=target.dtype, device=target.device), o)
+                                  for o, i, n in shapes)
+    peak = max([peak] + [int(w) * flops / (ms / 1e3) / 1e9 for w, ms in hot.items()])
+    floor = {w: max(roofline_ms, 1e3 * int(w) * flops / (peak * 1e9)) for w in hot}
+    return {"gflop_per_position": flops / 1e9, "peak_gflops": peak, "gemm_hot_ms": hot, "floor_ms": floor}
+
+
 def _median_ms(call, repeats: int, warm: int = 1, after=None) -> float:
     """Median ms of ``call()`` over ``repeats`` timed calls after ``warm`` untimed ones; ``after()``
     (untimed) restores the state each call changed, e.g. the cache length."""
@@ -139,17 +183,22 @@ def hf_costs(target, widths, contexts, log=print) -> dict:
     return out
 
 
-def _built(registry, names: list[str], target, options: dict | None, log):
-    """(name, method) for each of ``names`` built on its options; one that cannot be is logged and left out."""
-    for name in names:
+def _built(registry, kind, target, variants: dict | None, log):
+    """(label, method) for each variant (label -> (method name, KEY=VALUE options); default: every
+    method on its defaults) whose method is in ``kind``, built; one that cannot be is logged and
+    left out."""
+    variants = variants or {name: (name, []) for name in registry.methods}
+    for label, (name, opts) in sorted(variants.items()):
+        if name not in kind:
+            continue
         try:
-            yield name, build_method(registry, name, (options or {}).get(name, []), target, 0.0)
+            yield label, build_method(registry, name, opts, target, 0.0)
         except UsageError as exc:
-            log(f"profile: {name} left out ({exc})")
+            log(f"profile: {label} left out ({exc})")
 
 
 def decoder_costs(target, registry, prompts: list[list[int]], hf: dict, tokens: int = 48, log=print,
-                  options: dict[str, list[str]] | None = None) -> dict:
+                  variants: dict[str, tuple[str, list[str]]] | None = None) -> dict:
     """Per transformers decoder (``generate`` and its speculative peers): what its generations cost
     beyond transformers' prefill, each round's forward (by width, from ``hf``) and generate's
     per-step overhead, fitted (least squares, non-negative) as ms per round + ms per drafted token
@@ -160,7 +209,7 @@ def decoder_costs(target, registry, prompts: list[list[int]], hf: dict, tokens: 
     from .costmodel import Profile, question_ms, turn_rounds
     dtype = str(target.dtype).removeprefix("torch.")
     out = {}
-    for name, method in _built(registry, sorted(registry.decoders), target, options, log):
+    for name, method in _built(registry, registry.decoders, target, variants, log):
         method.generate(prompts[0], Settings(max_new_tokens=8), 0)  # warm
         gens = [method.generate(p, Settings(max_new_tokens=tokens), 0) for p in prompts for _ in range(2)]
         zero = {"per_round_ms": 0.0, "draft_per_token_ms": 0.0}
@@ -171,7 +220,7 @@ def decoder_costs(target, registry, prompts: list[list[int]], hf: dict, tokens: 
             (per_round, per_token), _ = nnls([[n, d] for n, d, _ in rows], [res for _, _, res in rows])
         else:  # generate itself: nothing drafted, its overhead is already generate's step
             per_round = per_token = 0.0
-        out[name] = {"per_round_ms": float(per_round), "draft_per_token_ms": float(per_token),
+        out[name] = {"method": method.name, "per_round_ms": float(per_round), "draft_per_token_ms": float(per_token),
                      "unexplained_ms": statistics.mean(res for _, _, res in rows),
                      "mean_drafted": sum(d for _, d, _ in rows) / max(sum(n for n, _, _ in rows), 1),
                      "options": method.options}
@@ -181,18 +230,19 @@ def decoder_costs(target, registry, prompts: list[list[int]], hf: dict, tokens: 
 
 
 def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=print,
-                  options: dict[str, list[str]] | None = None) -> dict:
-    """Per installed drafter, on its default options (or ``options[name]``, KEY=VALUE strings):
+                  variants: dict[str, tuple[str, list[str]]] | None = None) -> dict:
+    """Per drafter variant (label -> (method, KEY=VALUE options); default: each installed drafter
+    on its defaults):
     propose seconds per round fitted as fixed + per drafted token; and the engine's own cost per
     round (verify excluded) from vanilla."""
     out = {}
-    for name, method in _built(registry, sorted(registry.drafters), target, options, log):
+    for name, method in _built(registry, registry.drafters, target, variants, log):
         target.expect_widths(method.max_width)
         method.generate(prompt, Settings(max_new_tokens=8), 0)  # warm (greedy: temperature 0)
         rounds = [r for _ in range(2) for r in method.generate(prompt, Settings(max_new_tokens=tokens), 0).rounds[1:]]
         ks = [r.drafted for r in rounds]
         fixed, per = fit_line(ks, [r.draft_s for r in rounds])
-        out[name] = {"draft_fixed_ms": 1e3 * fixed, "draft_per_token_ms": 1e3 * per,
+        out[name] = {"method": method.name, "draft_fixed_ms": 1e3 * fixed, "draft_per_token_ms": 1e3 * per,
                      "bookkeeping_ms": 1e3 * statistics.mean(r.accept_s for r in rounds),
                      "mean_drafted": statistics.mean(ks), "rounds": len(rounds), "options": method.options}
         log(f"profile: {name}: draft {1e3 * fixed:.2f} ms + {1e3 * per:.2f} ms/token, bookkeeping "
@@ -201,19 +251,20 @@ def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=pri
 
 
 def method_costs(model: str, device: str, dtype: str, mode: str, registry, hf: dict, tokens: int, log,
-                 options: dict | None) -> dict:
+                 variants: dict | None) -> dict:
     """The drafters' costs on the engine in (dtype, mode) and transformers' decoders' in dtype."""
     target = TargetModel.load(model, dtype, device)
     kernels.apply(target, mode)
     prompt = target.chat_ids([{"role": "user", "content": PROFILE_PROMPT}])
-    out = {"drafters": drafter_costs(target, registry, prompt, tokens, log, options),
+    out = {"drafters": drafter_costs(target, registry, prompt, tokens, log, variants),
            "drafters_config": {"dtype": dtype, "compile": mode}}
     if "by_width" in hf.get(dtype, {}):
         prompts = [target.chat_ids([{"role": "user", "content": text}]) for text in (PROFILE_PROMPT, COPY_PROMPT)]
-        out["decoders"] = decoder_costs(target, registry, prompts, hf[dtype], tokens, log, options)
+        out["decoders"] = decoder_costs(target, registry, prompts, hf[dtype], tokens, log, variants)
     else:
         log(f"profile: transformers' peers left out: this profile has no transformers forward in {dtype}")
-    out["left_out"] = sorted(set(registry.methods) - set(out["drafters"]) - set(out.get("decoders", {})))
+    measured = {d["method"] for d in [*out["drafters"].values(), *out.get("decoders", {}).values()]}
+    out["left_out"] = sorted(set(registry.methods) - measured)
     return out
 
 
@@ -234,6 +285,9 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
         if dtype not in rooflines:
             rooflines[dtype] = {"weight_bytes": weight_bytes(target), "ms": 1e3 * weight_bytes(target) / gbs / 1e9}
             log(f"profile: {dtype} roofline {rooflines[dtype]['ms']:.1f} ms per step ({weight_bytes(target) / 1e6:.0f} MB)")
+            rooflines[dtype].update(compute_costs(target, widths, rooflines[dtype]["ms"]))
+            log(f"profile: {dtype} matmul peak {rooflines[dtype]['peak_gflops']:.0f} GFLOP/s; floor by width " + " ".join(
+                f"{w}:{v:.1f}" for w, v in rooflines[dtype]["floor_ms"].items()))
             result["hf_generate"][dtype] = hf_costs(target, widths, contexts, log)
         started = time.perf_counter()
         got, why = kernels.apply(target, mode)
@@ -280,6 +334,10 @@ def curves(p: dict):
     for dtype, hf in p.get("hf_generate", {}).items():
         for ctx, row in hf.get("by_width", {}).items():
             yield dtype, "transformers (eager)", ctx, row
+    for dtype, roof in p.get("rooflines", {}).items():
+        if "floor_ms" in roof:
+            yield dtype, "hot-weight matmuls", "-", roof["gemm_hot_ms"]
+            yield dtype, "floor", "-", roof["floor_ms"]
 
 
 def markdown(p: dict) -> str:
@@ -300,6 +358,13 @@ def markdown(p: dict) -> str:
                      + f" | {ratio('8')} | {ratio('32')} | {step} |")
     lines.append("\nms per forward (median); chosen default: "
                  f"{p['chosen']['dtype']} / {p['chosen']['compile']} (fastest T=1 at context {ctxs[0] if ctxs else '-'}).")
+    if any("floor_ms" in r for r in p["rooflines"].values()):
+        lines.append("\n*hot-weight matmuls*: the model's linears at that width with their weights in cache (eager, "
+                     "no memory traffic). *floor*: max(roofline, matmul FLOPs / the best matmul throughput measured "
+                     "here: " + ", ".join(f"{d} {r['peak_gflops']:.0f} GFLOP/s" for d, r in p["rooflines"].items()
+                                           if "peak_gflops" in r)
+                     + "); no forward of that width runs faster with these kernels, and its T=8 / T=1 and T=32 / T=1 "
+                     "are the best width curve this machine allows.")
     if p.get("drafters"):
         lines += ["\n| drafter | draft ms/round (fixed) | draft ms per token | bookkeeping ms/round |", "|---|---|---|---|"]
         lines += [f"| {n} | {d['draft_fixed_ms']:.2f} | {d['draft_per_token_ms']:.2f} | {d['bookkeeping_ms']:.2f} |"
@@ -325,7 +390,8 @@ def figure(p: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4))
     i = 0
     for dtype, how, ctx, row in curves(p):
-        ax.plot([int(w) for w in row], list(row.values()), label=f"{dtype} {how}, ctx {ctx}", **style(i))
+        ax.plot([int(w) for w in row], list(row.values()), label=f"{dtype} {how}" + (f", ctx {ctx}" if ctx != "-" else ""),
+                **style(i))
         i += 1
     for dtype, roof in p["rooflines"].items():
         ax.axhline(roof["ms"], color="black", linestyle=":" if dtype == "float32" else "--", linewidth=0.9)
@@ -357,6 +423,9 @@ def add_profile_parser(subparsers) -> None:
     p.add_argument("-o", "--option", action="append", default=[], metavar="METHOD.KEY=VALUE",
                    help="a method's option for its costs, repeatable, e.g. -o self-spec.trials=8 "
                         "(default: every method on its defaults)")
+    p.add_argument("--variant", action="append", default=[], metavar="METHOD:KEY=VALUE...",
+                   help="also profile a method on these options, repeatable (e.g. medusa:tree=sized): the cost "
+                        "model explains a result file with the variant whose options are the file's")
     p.add_argument("--drafters-only", action="store_true",
                    help="measure only the drafters' and transformers peers' costs, into the profile already in --out "
                         "(after training a drafter)")
@@ -378,8 +447,12 @@ def cmd_profile(args, threads: int) -> int:
     if args.tokens < 4:
         raise UsageError(f"--tokens {args.tokens}: a drafter needs at least 4 tokens to show its rounds")
     registry = build_registry()
-    drafter_options = {name: opts for name, (_, opts) in method_variants(registry.methods, args.option).items()}
-    for name, opts in drafter_options.items():  # a misspelt option is an error here, not a drafter left out later
+    for label in args.variant:
+        if label.split(":")[0] not in registry.methods:
+            raise UsageError(f"--variant '{label}': no method '{label.split(':')[0]}'; installed: "
+                             f"{', '.join(sorted(registry.methods))}")
+    drafter_options = method_variants(list(registry.methods) + args.variant, args.option)
+    for name, opts in drafter_options.values():  # a misspelt option is an error here, not a drafter left out later
         resolve_options(name, registry.method(name).options, opts)
     if args.drafters_only:
         path = Path(args.out) / "profile.json"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from specharness.costmodel import Profile, predict, question_ms
 from specharness.records import QuestionRecord, TurnRounds
@@ -71,3 +72,42 @@ def test_predict_compares_token_rates_and_refuses_what_the_profile_lacks():
     assert predict(method, {**meta, "dtype": "float32"}, vanilla, p) is None
     no_widths = [QuestionRecord(1, "qa", rounds=[TurnRounds([0, 2], [0, 2])], new_tokens=[3], wall_time=[0.05])]
     assert predict(no_widths, meta, vanilla, p) is None
+
+
+def test_compute_floor_counts_every_matmul_and_bounds_the_width_curve():
+    """The floor counts each linear of a position once (the layers' fused projections and the LM
+    head), never drops below the memory roofline, and grows with width at the measured peak."""
+    from specharness.profile import compute_costs
+    from specharness.target import TargetModel
+    t = TargetModel.tiny("qwen2", vocab_size=48, n_layers=2, hidden_size=32, n_heads=4, n_kv_heads=2)
+    hf = t.hf
+    linears = [m for m in hf.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer, and the head
+    c = compute_costs(t, (1, 8, 64), roofline_ms=0.5, peak_width=64)
+    assert c["gflop_per_position"] * 1e9 == pytest.approx(2 * sum(m.weight.numel() for m in linears))
+    floor = [c["floor_ms"][w] for w in ("1", "8", "64")]
+    assert min(floor) >= 0.5 and floor == sorted(floor)
+    assert all(c["floor_ms"][w] >= 1e3 * int(w) * c["gflop_per_position"] / c["peak_gflops"] - 1e-9 for w in ("1", "8", "64"))
+    assert all(v > 0 for v in c["gemm_hot_ms"].values())
+    # the peak is the best throughput the hot matmuls reached: none of them beats it
+    assert all(int(w) * c["gflop_per_position"] / (ms / 1e3) <= c["peak_gflops"] * (1 + 1e-9)
+               for w, ms in c["gemm_hot_ms"].items())
+
+
+def test_a_file_is_explained_by_the_variant_profiled_on_its_own_options():
+    """A tree drafts at another cost than a chain: the profile entry measured on the file's options
+    explains it; a file on options nobody profiled falls back to the method's default entry."""
+    data = {**PROFILE, "drafters": {
+        **PROFILE["drafters"],
+        "chain": {**PROFILE["drafters"]["chain"], "method": "chain", "options": {"tree": "chain"}},
+        "chain:tree=sized": {"method": "chain", "options": {"tree": "sized"}, "draft_fixed_ms": 9.0,
+                             "draft_per_token_ms": 0.5, "bookkeeping_ms": 3.0}}}
+    p = Profile(data)
+    meta = {"dtype": "bfloat16", "compile": "none", "method": "chain"}
+    tree, _ = p.costs({**meta, "options": {"tree": "sized"}})
+    chain, _ = p.costs({**meta, "options": {"tree": "chain"}})
+    other, _ = p.costs({**meta, "options": {"tree": "other"}})
+    assert (tree.draft_fixed_ms, tree.draft_per_token_ms, tree.per_round_ms) == (9.0, 0.5, 3.0)
+    assert (chain.draft_fixed_ms, chain.draft_per_token_ms, chain.per_round_ms) == (2.0, 1.0, 1.0)
+    assert other.draft_fixed_ms == 2.0  # unprofiled options: the default entry
+    assert p.costs({**meta, "method": "unprofiled", "options": {"tree": "sized"}})[0] is None
