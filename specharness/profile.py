@@ -36,7 +36,9 @@ from . import kernels
 from .errors import UsageError
 from .metrics import fit_line
 from .options import method_variants, resolve_options
+from .paths import write_text_atomic
 from .plugins import build_registry
+from .results import git_commit, provenance
 from .report.figures import style
 from .runner import Settings, build_method
 from .target import WIDTH_BUCKETS, TargetModel
@@ -274,11 +276,8 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
     registry = registry or build_registry()
     gbs = bandwidth_gbs()
     log(f"profile: read bandwidth {gbs:.1f} GB/s")
-    result = {"model": model, "device": device, "threads": threads, "cpu": kernels.cpu_name(),
-              "torch": torch.__version__, "bandwidth_gbs": gbs, "configs": [], "hf_generate": {},
-              "width_buckets": list(WIDTH_BUCKETS),
-              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "command": "python -m specharness " + " ".join(sys.argv[1:])}
+    result = provenance(model=model, device=device, threads=threads, cpu=kernels.cpu_name(), bandwidth_gbs=gbs,
+                        configs=[], hf_generate={}, width_buckets=list(WIDTH_BUCKETS))
     rooflines = {}
     for dtype, mode in configs:
         target = TargetModel.load(model, dtype, device)
@@ -319,8 +318,8 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
         result.update(method_costs(model, device, best["dtype"], best["compile"], registry, result["hf_generate"],
                                    tokens, log, drafter_options))
     out.mkdir(parents=True, exist_ok=True)
-    (out / "profile.json").write_text(json.dumps(result, indent=1))
-    (out / "profile.md").write_text(markdown(result))
+    write_text_atomic(out / "profile.json", json.dumps(result, indent=1))
+    write_text_atomic(out / "profile.md", markdown(result))
     figure(result, out / "profile.png")
     return result
 
@@ -363,8 +362,9 @@ def markdown(p: dict) -> str:
                      "no memory traffic). *floor*: max(roofline, matmul FLOPs / the best matmul throughput measured "
                      "here: " + ", ".join(f"{d} {r['peak_gflops']:.0f} GFLOP/s" for d, r in p["rooflines"].items()
                                            if "peak_gflops" in r)
-                     + "); no forward of that width runs faster with these kernels, and its T=8 / T=1 and T=32 / T=1 "
-                     "are the best width curve this machine allows.")
+                     + "); a forward of that width runs faster only if its matmuls beat the best throughput "
+                     "measured here, so the floor's T=8 / T=1 and T=32 / T=1 are the flattest width curve this "
+                     "machine allows.")
     if p.get("drafters"):
         lines += ["\n| drafter | draft ms/round (fixed) | draft ms per token | bookkeeping ms/round |", "|---|---|---|---|"]
         lines += [f"| {n} | {d['draft_fixed_ms']:.2f} | {d['draft_per_token_ms']:.2f} | {d['bookkeeping_ms']:.2f} |"
@@ -463,9 +463,10 @@ def cmd_profile(args, threads: int) -> int:
         log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
         result.update(method_costs(args.model, args.device, dtype, mode, registry, result["hf_generate"],
                                    args.tokens, log, drafter_options))
-        result["drafters_command"] = "python -m specharness " + " ".join(sys.argv[1:])
-        path.write_text(json.dumps(result, indent=1))
-        (Path(args.out) / "profile.md").write_text(markdown(result))
+        result["drafters_command"] = provenance()["command"]
+        result["drafters_git_commit"] = git_commit()
+        write_text_atomic(path, json.dumps(result, indent=1))
+        write_text_atomic(Path(args.out) / "profile.md", markdown(result))
         print(f"updated the drafters of {path}")
         return 0
     run_profile(args.model, args.device, threads, configs, widths, contexts, Path(args.out),

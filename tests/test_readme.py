@@ -104,3 +104,6 @@ def test_readme_command_runs_as_written(i, workdir, monkeypatch):
         assert set(data["decoders"]) == set(registry.decoders)
         assert data["decoders"]["hf-prompt-lookup"]["mean_drafted"] > 0  # the copy prompt gives it n-grams
         assert set(data["hf_generate"]["float32"]["by_width"]["32"]) == {"1", "2"}
+        roof = data["rooflines"]["float32"]  # the width floor, beside the forwards it bounds
+        assert set(roof["floor_ms"]) == set(roof["gemm_hot_ms"]) == {"1", "2"}
+        assert roof["floor_ms"]["1"] >= roof["ms"] and data["git_commit"] and data["transformers"]
