@@ -76,6 +76,29 @@ def save_choice(model: str, device: str, threads: int, record: dict) -> Path:
     return path
 
 
+def median_ms(call, repeats: int, warm: int = 1, after=None, sync: bool = False) -> float:
+    """Median ms of ``call()`` over ``repeats`` timed calls after ``warm`` untimed ones; ``after()``
+    (untimed) restores the state each call changed, e.g. the cache length; ``sync`` waits for the
+    CUDA device before reading the clock."""
+    times = []
+    for i in range(warm + repeats):
+        started = time.perf_counter()
+        call()
+        if sync:
+            torch.cuda.synchronize()
+        if i >= warm:
+            times.append(time.perf_counter() - started)
+        if after is not None:
+            after()
+    return 1e3 * statistics.median(times)
+
+
+def random_ids(target, n: int, seed: int, batch: bool = False) -> torch.Tensor:
+    """``n`` token ids drawn from ``seed`` on the target's device (``batch``: shape (1, n))."""
+    ids = torch.randint(0, target.vocab_size, (1, n) if batch else (n,), generator=torch.Generator().manual_seed(seed))
+    return ids.to(target.device)
+
+
 def step_ms(target, context: int = 256, width: int = 1, repeats: int = 15) -> float:
     """Median ms of one forward over ``width`` positions after ``context`` cached ones (compiles first).
 
@@ -83,19 +106,10 @@ def step_ms(target, context: int = 256, width: int = 1, repeats: int = 15) -> fl
     inputs' dispatch keys, so a normal tensor here would compile graphs no run ever reuses."""
     with torch.inference_mode():
         cache = target.new_cache(context + 128)
-        ids = torch.randint(0, target.vocab_size, (context,), generator=torch.Generator().manual_seed(0))
-        target.forward(ids.to(target.device), cache, 0, head=True, prefill=True)
-        x = ids[:width].to(target.device)
-        times = []
-        for i in range(repeats + 3):
-            cache.crop(context)
-            started = time.perf_counter()
-            target.forward(x, cache, context, head=True)
-            if target.device.type == "cuda":
-                torch.cuda.synchronize()
-            if i >= 3:
-                times.append(time.perf_counter() - started)
-    return 1e3 * statistics.median(times)
+        ids = random_ids(target, context, 0)
+        target.forward(ids, cache, 0, head=True, prefill=True)
+        return median_ms(lambda: target.forward(ids[:width], cache, context, head=True), repeats, warm=3,
+                         after=lambda: cache.crop(context), sync=target.device.type == "cuda")
 
 
 def apply(target, mode: str) -> tuple[str, str | None]:

@@ -34,6 +34,7 @@ import torch
 
 from . import kernels
 from .errors import UsageError
+from .kernels import median_ms, random_ids
 from .metrics import fit_line
 from .options import method_variants, resolve_options
 from .paths import write_text_atomic
@@ -54,16 +55,15 @@ COPY_PROMPT = ("Repeat this list exactly, twice, one item per line: apples, pear
 def bandwidth_gbs(mb: int = 540, repeats: int = 7) -> float:
     """Read bandwidth: GB/s of summing a float32 tensor of ``mb`` MB (median of repeats)."""
     x = torch.ones(mb * 1024 * 1024 // 4)
-    return x.numel() * 4 / (_median_ms(x.sum, repeats) / 1e3) / 1e9
+    return x.numel() * 4 / (median_ms(x.sum, repeats) / 1e3) / 1e9
 
 
 def weight_bytes(target) -> int:
-    """Bytes one decoding step reads: every decoder weight and the LM head (the embedding lookup
-    reads one row; a tied head is counted once, as the matmul that reads it)."""
+    """Bytes one decoding step reads: every matmul's weight, the LM head's included, and the norms
+    (the embedding lookup reads one row; a tied head is counted once, as the matmul that reads it)."""
     per = target.dtype.itemsize if hasattr(target.dtype, "itemsize") else torch.finfo(target.dtype).bits // 8
-    n = sum(w.attn.wqkv.numel() + w.attn.wo.numel() + w.w_gate_up.numel() + w.w_down.numel() + w.ln1.numel()
-            + w.ln2.numel() for w in target.layers_w)
-    return (n + target.head_weight.numel() + target.norm_weight.numel()) * per
+    norms = sum(w.ln1.numel() + w.ln2.numel() for w in target.layers_w) + target.norm_weight.numel()
+    return (sum(o * i * n for o, i, n in _linear_shapes(target)) + norms) * per
 
 
 def _linear_shapes(target) -> list[tuple[int, int, int]]:
@@ -82,7 +82,7 @@ def _hot_linear_ms(x: torch.Tensor, out: int, budget: int = 1 << 20) -> float:
     bytes (cache-resident, so no memory traffic) and scaled to all of them: pure compute."""
     rows = max(1, min(out, budget // (x.shape[1] * x.element_size())))
     w = torch.randn(rows, x.shape[1], dtype=x.dtype, device=x.device)
-    return _median_ms(lambda: torch.nn.functional.linear(x, w), 9, warm=2) * out / rows
+    return median_ms(lambda: torch.nn.functional.linear(x, w), 9, warm=2) * out / rows
 
 
 def compute_costs(target, widths, roofline_ms: float, peak_width: int = 256) -> dict:
@@ -91,8 +91,9 @@ def compute_costs(target, widths, roofline_ms: float, peak_width: int = 256) -> 
     - ``gemm_hot_ms``: the model's linears at each width with their weights hot in cache (eager,
       this dtype): the kernels' compute with no memory traffic;
     - ``peak_gflops``: the best throughput those kernels reach (width ``peak_width``), and
-      ``floor_ms``: max(memory roofline, matmul FLOPs / peak), below which no forward of that width
-      runs with these kernels. Attention and norms are left out (a few % of the FLOPs at 1k context).
+      ``floor_ms``: max(memory roofline, matmul FLOPs / peak): a forward of that width runs faster
+      only if its matmuls beat that peak. Attention and norms are left out (a few % of the FLOPs at
+      1k context).
     """
     shapes = _linear_shapes(target)
     flops = 2 * sum(o * i * n for o, i, n in shapes)  # per position
@@ -110,36 +111,17 @@ def compute_costs(target, widths, roofline_ms: float, peak_width: int = 256) -> 
     return {"gflop_per_position": flops / 1e9, "peak_gflops": peak, "gemm_hot_ms": hot, "floor_ms": floor}
 
 
-def _median_ms(call, repeats: int, warm: int = 1, after=None) -> float:
-    """Median ms of ``call()`` over ``repeats`` timed calls after ``warm`` untimed ones; ``after()``
-    (untimed) restores the state each call changed, e.g. the cache length."""
-    times = []
-    for i in range(warm + repeats):
-        started = time.perf_counter()
-        call()
-        if i >= warm:
-            times.append(time.perf_counter() - started)
-        if after is not None:
-            after()
-    return 1e3 * statistics.median(times)
-
-
-def _random_ids(target, n: int, seed: int, batch: bool = False) -> torch.Tensor:
-    ids = torch.randint(0, target.vocab_size, (1, n) if batch else (n,), generator=torch.Generator().manual_seed(seed))
-    return ids.to(target.device)
-
-
 def prefill_ms(target, length: int, repeats: int = 5) -> float:
     with torch.inference_mode():  # inference tensors, as the engine's: compiled graphs guard on that
         cache = target.new_cache(length + 128)
-        ids = _random_ids(target, length, 1)
-        return _median_ms(lambda: target.forward(ids, cache, 0, head=True, prefill=True), repeats,
-                          after=lambda: cache.crop(0))
+        ids = random_ids(target, length, 1)
+        return median_ms(lambda: target.forward(ids, cache, 0, head=True, prefill=True), repeats,
+                         after=lambda: cache.crop(0), sync=target.device.type == "cuda")
 
 
 def hf_step_ms(target, context: int = 256, new: int = 32) -> float:
     """transformers' generate: ms per generated token (the prefill subtracted: new vs one token)."""
-    ids = _random_ids(target, context, 2, batch=True)
+    ids = random_ids(target, context, 2, batch=True)
 
     def run(n: int) -> float:
         started = time.perf_counter()
@@ -158,19 +140,20 @@ def hf_forward_ms(target, context: int, width: int, repeats: int = 7) -> float:
     """Median ms of one eager forward of the transformers model over ``width`` positions after
     ``context`` cached ones (logits for every position, as a verification needs)."""
     from transformers import DynamicCache
-    ids = _random_ids(target, context + width, 3, batch=True)
+    ids = random_ids(target, context + width, 3, batch=True)
     with torch.inference_mode():
         cache = DynamicCache()
         target.hf(ids[:, :context], cache=cache, use_cache=True, logits_to_keep=1)
         # back to ``context`` cached positions after each call (transformers 5 crops by a negative count)
-        return _median_ms(lambda: target.hf(ids[:, context:], cache=cache, use_cache=True), repeats, warm=2,
-                          after=lambda: cache.crop(-width))
+        return median_ms(lambda: target.hf(ids[:, context:], cache=cache, use_cache=True), repeats, warm=2,
+                         after=lambda: cache.crop(-width), sync=target.device.type == "cuda")
 
 
 def hf_prefill_ms(target, length: int, repeats: int = 3) -> float:
-    ids = _random_ids(target, length, 4, batch=True)
+    ids = random_ids(target, length, 4, batch=True)
     with torch.inference_mode():
-        return _median_ms(lambda: target.hf(ids, use_cache=True, logits_to_keep=1), repeats)
+        return median_ms(lambda: target.hf(ids, use_cache=True, logits_to_keep=1), repeats,
+                         sync=target.device.type == "cuda")
 
 
 def hf_costs(target, widths, contexts, log=print) -> dict:
@@ -271,7 +254,7 @@ def method_costs(model: str, device: str, dtype: str, mode: str, registry, hf: d
 
 
 def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, str]], widths, contexts,
-                out: Path, drafters: bool = True, log=print, drafter_options: dict | None = None,
+                out: Path, drafters: bool = True, log=print, variants: dict | None = None,
                 registry=None, tokens: int = 48) -> dict:
     registry = registry or build_registry()
     gbs = bandwidth_gbs()
@@ -282,8 +265,9 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
     for dtype, mode in configs:
         target = TargetModel.load(model, dtype, device)
         if dtype not in rooflines:
-            rooflines[dtype] = {"weight_bytes": weight_bytes(target), "ms": 1e3 * weight_bytes(target) / gbs / 1e9}
-            log(f"profile: {dtype} roofline {rooflines[dtype]['ms']:.1f} ms per step ({weight_bytes(target) / 1e6:.0f} MB)")
+            nbytes = weight_bytes(target)
+            rooflines[dtype] = {"weight_bytes": nbytes, "ms": 1e3 * nbytes / gbs / 1e9}
+            log(f"profile: {dtype} roofline {rooflines[dtype]['ms']:.1f} ms per step ({nbytes / 1e6:.0f} MB)")
             rooflines[dtype].update(compute_costs(target, widths, rooflines[dtype]["ms"]))
             log(f"profile: {dtype} matmul peak {rooflines[dtype]['peak_gflops']:.0f} GFLOP/s; floor by width " + " ".join(
                 f"{w}:{v:.1f}" for w, v in rooflines[dtype]["floor_ms"].items()))
@@ -316,12 +300,17 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
         "this machine's default")
     if drafters:
         result.update(method_costs(model, device, best["dtype"], best["compile"], registry, result["hf_generate"],
-                                   tokens, log, drafter_options))
+                                   tokens, log, variants))
+    save(result, out)
+    figure(result, out / "profile.png")
+    return result
+
+
+def save(result: dict, out: Path) -> None:
+    """profile.json and profile.md, each written whole or not at all."""
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "profile.json", json.dumps(result, indent=1))
     write_text_atomic(out / "profile.md", markdown(result))
-    figure(result, out / "profile.png")
-    return result
 
 
 def curves(p: dict):
@@ -451,8 +440,9 @@ def cmd_profile(args, threads: int) -> int:
         if label.split(":")[0] not in registry.methods:
             raise UsageError(f"--variant '{label}': no method '{label.split(':')[0]}'; installed: "
                              f"{', '.join(sorted(registry.methods))}")
-    drafter_options = method_variants(list(registry.methods) + args.variant, args.option)
-    for name, opts in drafter_options.values():  # a misspelt option is an error here, not a drafter left out later
+    variants = method_variants(list(registry.methods) + args.variant, args.option)
+    log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    for name, opts in variants.values():  # a misspelt option is an error here, not a drafter left out later
         resolve_options(name, registry.method(name).options, opts)
     if args.drafters_only:
         path = Path(args.out) / "profile.json"
@@ -460,17 +450,14 @@ def cmd_profile(args, threads: int) -> int:
             raise UsageError(f"--drafters-only updates a profile: '{path}' does not exist; run profile first")
         result = json.loads(path.read_text())
         dtype, mode = result["chosen"]["dtype"], result["chosen"]["compile"]
-        log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
         result.update(method_costs(args.model, args.device, dtype, mode, registry, result["hf_generate"],
-                                   args.tokens, log, drafter_options))
+                                   args.tokens, log, variants))
         result["drafters_command"] = provenance()["command"]
         result["drafters_git_commit"] = git_commit()
-        write_text_atomic(path, json.dumps(result, indent=1))
-        write_text_atomic(Path(args.out) / "profile.md", markdown(result))
+        save(result, Path(args.out))
         print(f"updated the drafters of {path}")
         return 0
     run_profile(args.model, args.device, threads, configs, widths, contexts, Path(args.out),
-                not args.no_drafters, log=lambda s: print(s, file=sys.stderr, flush=True),
-                drafter_options=drafter_options, registry=registry, tokens=args.tokens)
+                not args.no_drafters, log=log, variants=variants, registry=registry, tokens=args.tokens)
     print(f"wrote {args.out}/profile.json, profile.md, profile.png")
     return 0

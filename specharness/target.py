@@ -22,6 +22,7 @@ import glob
 import importlib.util
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -666,7 +667,6 @@ def _converted_gguf(gguf: Path, name: str | None = None) -> Path:
     (tmp / "config.json").write_text(json.dumps(cfg, indent=1))
     hf.generation_config.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    import shutil
     if (out / "model.safetensors").is_file() and (out / "config.json").is_file():
         shutil.rmtree(tmp)  # another process finished the same conversion first: keep its copy
         return out

@@ -27,8 +27,7 @@ def _pin_xdist_worker() -> int:
     return 1
 
 
-THREADS = _pin_xdist_worker()
-torch.set_num_threads(THREADS)
+torch.set_num_threads(_pin_xdist_worker())
 
 # Spec-Bench's full file only where a test asks for it (see ``specbench_file``), never by default
 SPEC_BENCH_ENV = "SPECHARNESS_TEST_SPECBENCH"
