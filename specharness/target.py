@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .errors import UsageError
+from .inductor_cache import cache_prepacked_graphs
 from .paths import cache_root
 from .tree import Tree
 
@@ -284,6 +285,7 @@ class CompiledBackend(EagerBackend):
             inductor_config.max_autotune_report_choices_stats = False
         if device.type == "cpu":
             inductor_config.freezing = True
+            cache_prepacked_graphs()  # a second run reads its graphs from inductor's disk cache
         options = {"mode": None if mode == "default" else ("max-autotune-no-cudagraphs" if device.type == "cpu"
                                                           else mode)}
         if device.type == "cuda" and mode == "default":
