@@ -137,13 +137,21 @@ def break_even_acceptance(records: Records, vanilla: Records, full: bool = False
 
 
 def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """Least-squares (intercept, slope); with one distinct x the line goes through the origin."""
+    """A cost line (fixed, per unit) by least squares, with neither part negative: time is never
+    negative, and noise on a nearly flat cost would otherwise give a negative fixed cost. When the
+    free fit has a negative part, the best line with that part at zero is taken instead; with one
+    distinct x the line goes through the origin."""
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
     sxx = sum((x - mx) ** 2 for x in xs)
     if sxx == 0:
-        return 0.0, (my / mx if mx else 0.0)
+        return 0.0, max(my / mx if mx else 0.0, 0.0)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    if slope < 0:
+        return max(my, 0.0), 0.0
+    if my - slope * mx < 0:
+        sx2 = sum(x * x for x in xs)
+        return 0.0, max(sum(x * y for x, y in zip(xs, ys)) / sx2, 0.0)
     return my - slope * mx, slope
 
 

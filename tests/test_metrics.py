@@ -107,3 +107,11 @@ def test_speedup_and_question_time_use_median_of_repeat_totals():
     assert m.time == 2.0
     assert metrics.speedup([m], [v]) == pytest.approx(1.0)
     assert metrics.speedup([record(qid=2)], [v]) != metrics.speedup([record(qid=2)], [v])  # nan: no shared ids
+
+
+def test_fit_line_is_least_squares_and_never_gives_a_negative_cost():
+    assert metrics.fit_line([1, 2, 3], [3, 5, 7]) == pytest.approx((1.0, 2.0))  # exact line
+    fixed, per = metrics.fit_line([1, 2, 4], [1.0, 3.5, 8.0])  # free fit: -1.25 + 2.32 x
+    assert fixed == 0.0 and per == pytest.approx((1 + 7 + 32) / 21)  # through the origin instead
+    assert metrics.fit_line([1, 2, 3], [5.0, 4.0, 3.0]) == pytest.approx((4.0, 0.0))  # falling: flat at the mean
+    assert metrics.fit_line([2, 2], [3.0, 5.0]) == pytest.approx((0.0, 2.0))  # one distinct x: the origin
