@@ -1,7 +1,7 @@
 """One process's warm-up: load the default model in bfloat16, compile it with max-autotune as a run
 does, time widths 1 and 8 (which compiles vanilla's graphs), and print the compile seconds and
-inductor's FX-graph-cache counters (the bypass reason, 'mkldnn tensors unpickleable', goes to
-inductor's own log on stderr, which run.sh drops). run.sh runs it twice on one fresh
+inductor's FX-graph-cache counters (a bypass and its reason, such as 'mkldnn tensors unpickleable'
+before specharness.inductor_cache, are logged too). run.sh runs it twice on one fresh
 TORCHINDUCTOR_CACHE_DIR: the second process is the 'second run' of issue 11's warm-up goal."""
 import json
 import logging
