@@ -1,34 +1,49 @@
-"""Let inductor's on-disk FX graph cache keep graphs whose frozen weights are oneDNN-prepacked.
+"""Inductor's on-disk FX graph cache for frozen graphs: keyed by the weights' values, and allowed
+for graphs holding oneDNN-prepacked weights.
 
-With freezing on CPU, inductor constant-folds the weights and prepacks bfloat16 linears for oneDNN.
-The packed weights are mkldnn tensors, and torch (2.5 to 2.14 at least) refuses to put any graph
-holding one in its FX graph cache ("mkldnn tensors unpickleable"), so every run lowered and
-compiled its graphs again: 197 s of a second run's warm-up for vanilla alone
-(``results/smollm2-cpu-warmup``).
+With freezing on CPU, inductor constant-folds the weights and prepacks linears for oneDNN (bfloat16
+and float16 always, float32 in dynamic-width graphs). The packed weights are mkldnn tensors, and
+torch 2.13 refuses to put any graph holding one in its FX graph cache ("mkldnn tensors
+unpickleable"), so every run lowered and compiled its graphs again: 197 s of a second run's warm-up
+for vanilla's three graphs alone (``results/smollm2-cpu-warmup``).
 
-Nothing needs pickling. Inductor keys every other frozen parameter by its metadata only and, on a
-cache hit, binds the compiled code to the tensors of the graph being compiled *in this process*, by
-name (``CompiledFxGraphConstantsWithGm``). The packed weights are frozen parameters of that kind:
-constant folding makes them, in this process, from this model's weights. So this module hashes a
-frozen mkldnn tensor by its shape and dtype as well, and lets the cache take the graph; what runs
-is still this process's own packed weights. ``tests/test_compiled.py`` checks it in two processes:
-the second hits the cache, gives bit-identical logits, and a model of the same shape with other
-weights gets its own logits from the cached graph.
+Torch keys a frozen weight by its shape and dtype only, and on a cache hit binds the compiled code
+to the weights of the graph being compiled, by name. That is not enough under max-autotune: where
+its C++ GEMM template wins, the template re-blocks the weight into a new constant that the cache
+entry stores by value (about 270 MB per SmolLM2 graph), so a model of the same shapes with other
+weights, or another layer range of the same length, would hit and run the first model's weights.
+So this module keys every frozen weight by a digest of its values (packed ones through their dense
+form): a hit needs the very same weights, whatever the entry holds. Hashing costs about a second
+per graph, against a minute of compiling.
 
-It touches two private functions of ``torch._inductor.codecache``. Where they are missing (another
-torch), nothing changes and graphs are simply not cached. ``SPECHARNESS_CACHE_PREPACKED=0``
-switches it off.
+``tests/test_compiled.py`` checks it in three processes on one cache, under max-autotune with the
+C++ template forced: a model of the same shapes with other weights gets its own logits, a second
+process hits and gets the first's logits bit for bit, and with the hook off the graphs bypass.
+
+It replaces two private functions of ``torch._inductor.codecache``. Where they are missing (another
+torch), nothing changes and graphs with packed weights are simply not cached.
+``SPECHARNESS_CACHE_PREPACKED=0`` switches it off.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+
+import torch
 
 _installed = False
 
 
+def weights_digest(t: torch.Tensor) -> str:
+    """A digest of a CPU tensor's values (mkldnn ones through their dense form). Not memoised: a
+    weight changed in place must not keep its old digest."""
+    dense = (t.to_dense() if t.is_mkldnn else t).detach().contiguous().reshape(-1)
+    return hashlib.blake2b(dense.view(torch.uint8).numpy(), digest_size=16).hexdigest()
+
+
 def cache_prepacked_graphs() -> bool:
-    """Install the two hooks once per process; True when graphs with packed weights can be cached."""
+    """Install the two hooks once per process; True when frozen graphs are cached by value."""
     global _installed
     if _installed:
         return True
@@ -42,16 +57,13 @@ def cache_prepacked_graphs() -> bool:
     except (ImportError, AttributeError):
         return False
 
-    def packed(t) -> bool:
-        return t.is_mkldnn and is_frozen_param(t)
-
     def check(t) -> None:
-        if not packed(t):
+        if not (t.is_mkldnn and is_frozen_param(t)):
             check_tensor(t)
 
     def reduce(self, t):
-        if packed(t):  # keyed like every other frozen parameter: by metadata, bound by name on a hit
-            return ident, (("mkldnn-frozen-param", tuple(t.shape), str(t.dtype)),)
+        if is_frozen_param(t) and t.device.type == "cpu":
+            return ident, (("frozen-param", tuple(t.shape), str(t.dtype), t.is_mkldnn, weights_digest(t)),)
         return reduce_tensor(self, t)
 
     validator.check_tensor = staticmethod(check)

@@ -1,5 +1,6 @@
-"""One process of test_compiled's disk-cache check: compile tiny bfloat16 models (their linear weights
-prepacked for oneDNN), run a forward, print the logits, the gap to an eager twin and inductor's FX
+"""One process of test_compiled's disk-cache check: compile tiny bfloat16 models with max-autotune
+(their linear weights prepacked for oneDNN, then re-blocked by the C++ GEMM template where the
+caller forces it), run a forward, print the logits, the gap to an eager twin and inductor's FX
 graph cache counters as JSON. Usage: python inductor_cache_probe.py SEED [SEED...]"""
 import json
 import sys
@@ -14,7 +15,7 @@ runs = {}
 for seed in sys.argv[1:]:
     shape = dict(vocab_size=48, n_layers=1, hidden_size=64, seed=int(seed), dtype="bfloat16")
     compiled, eager = TargetModel.tiny("qwen2", **shape), TargetModel.tiny("qwen2", **shape)
-    compiled.compile("default")
+    compiled.compile("max-autotune")
     with torch.no_grad():
         got = compiled.forward(ids[:1], compiled.new_cache(8), 0, head=True).logits.float()
         want = eager.forward(ids[:1], eager.new_cache(8), 0, head=True).logits.float()

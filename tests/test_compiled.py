@@ -178,26 +178,30 @@ def test_warm_up_compiles_static_graphs_only_for_verification_widths():
     assert widths(0, 2) == {1, "wide"} and widths(1, 2) == {1, 8, "wide"}
 
 
-def test_a_second_process_reads_prepacked_graphs_from_inductors_disk_cache(tmp_path):
-    """bfloat16 graphs hold oneDNN-packed weights, which torch alone never caches on disk
-    (specharness.inductor_cache). Three processes on one fresh cache: the first compiles, the second
-    hits for both models and gets the first's logits bit for bit (each model its own), and one with
-    the hook switched off bypasses the cache, which shows the graphs did hold packed weights."""
+def test_a_second_process_reads_frozen_graphs_from_inductors_disk_cache_keyed_by_weights(tmp_path):
+    """bfloat16 graphs hold oneDNN-packed weights, which torch alone never caches on disk, and under
+    max-autotune the C++ GEMM template stores re-blocked weights in the entry itself
+    (specharness.inductor_cache). Three processes on one fresh cache, the template forced: the first
+    compiles two models of one shape and each gets its own logits (keyed by shape alone, the second
+    would run the first's weights); the second process hits for both and gets the first's logits
+    bit for bit; with the hook off the graphs bypass the cache, so they did hold packed weights."""
     if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         pytest.skip("this CPU has no bfloat16 oneDNN kernels: inductor packs no weights to cache")
     probe = Path(__file__).with_name("inductor_cache_probe.py")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "TORCH_COMPILE"))}
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS="CPP")
 
     def process(hook: str) -> dict:
-        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "SPECHARNESS_CACHE_PREPACKED": hook}
-        done = subprocess.run([sys.executable, str(probe), "1", "2"], env=env, capture_output=True, text=True, timeout=600)
+        done = subprocess.run([sys.executable, str(probe), "1", "2"], env={**env, "SPECHARNESS_CACHE_PREPACKED": hook},
+                              capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stderr[-2000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
 
     first, second, unhooked = process("1"), process("1"), process("0")
-    assert first["fx"].get("fxgraph_cache_miss", 0) >= 1 and "fxgraph_cache_bypass" not in first["fx"]
+    assert all(r["eager_gap"] < 0.25 for r in first["runs"].values())  # each model's own weights ran
+    assert first["runs"]["1"]["logits"] != first["runs"]["2"]["logits"]
+    assert first["fx"].get("fxgraph_cache_miss", 0) >= 2 and "fxgraph_cache_bypass" not in first["fx"]
     assert second["fx"].get("fxgraph_cache_hit", 0) >= 2 and "fxgraph_cache_miss" not in second["fx"]
     assert unhooked["fx"].get("fxgraph_cache_bypass", 0) >= 1
     for run in (second, unhooked):
         assert run["runs"] == first["runs"]  # the cached code computes exactly what a fresh compile does
-    assert first["runs"]["1"]["logits"] != first["runs"]["2"]["logits"]  # and binds each model's own weights
-    assert all(r["eager_gap"] < 0.25 for r in first["runs"].values())  # a few bfloat16 roundings of the eager logits
