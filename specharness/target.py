@@ -72,6 +72,9 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
     H, T, d = q.shape
     Hkv, n = k_cache.shape[0], mask.shape[-1]
     g = H // Hkv
+    if T == 1:  # a decoding step: SDPA's fused kernel reads the cache slices in place, where bmm copies them
+        o = F.scaled_dot_product_attention(q.reshape(Hkv, g, d), k_cache[:, :n], v_cache[:, :n], attn_mask=mask)
+        return o.reshape(1, H * d)
     scores = torch.bmm(q.reshape(Hkv, g * T, d), k_cache[:, :n].transpose(1, 2)).float() * d ** -0.5
     scores = scores.view(Hkv, g, T, n).masked_fill(~mask, float("-inf"))
     p = torch.softmax(scores, dim=-1).to(q.dtype).view(Hkv, g * T, n)
