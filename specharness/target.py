@@ -66,16 +66,17 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
            slots: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Write k, v ([kv heads, T, d]) into cache slots, then attend q ([heads, T, d]) over the first
     ``mask.shape[1]`` slots under ``mask`` ([T, slots] bool, True = may attend). Grouped-query heads
-    share their key/value head without copies (one batched matmul per key/value head). One position
-    goes through SDPA, wider forwards through two bmm: on CPU, bmm copies the cache slices it reads
-    (15.4 against 13.1 ms per SmolLM2 step), while SDPA is no faster at width 8 and slower at long
-    contexts (``results/smollm2-cpu-xeon-profile/attention_ab.txt``). Returns [T, heads * d]."""
+    share their key/value head, never repeated (the query heads of one group are rows of one matrix).
+    One position goes through SDPA, wider forwards through two bmm: on CPU, bmm copies the cache
+    slices it reads (a SmolLM2 step: 15.4 ms with bmm, 13.1 with SDPA), while SDPA is no faster at
+    width 8 and slower at long contexts (``results/smollm2-cpu-xeon-profile/attention_ab.txt``).
+    Returns [T, heads * d]."""
     k_cache.index_copy_(1, slots, k)
     v_cache.index_copy_(1, slots, v)
     H, T, d = q.shape
     Hkv, n = k_cache.shape[0], mask.shape[-1]
     g = H // Hkv
-    if T == 1:  # a decoding step: SDPA's fused kernel reads the cache slices in place, where bmm copies them
+    if T == 1:
         o = F.scaled_dot_product_attention(q.reshape(Hkv, g, d), k_cache[:, :n], v_cache[:, :n], attn_mask=mask)
         return o.reshape(1, H * d)
     scores = torch.bmm(q.reshape(Hkv, g * T, d), k_cache[:, :n].transpose(1, 2)).float() * d ** -0.5
