@@ -67,22 +67,32 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
     """Write k, v ([kv heads, T, d]) into cache slots, then attend q ([heads, T, d]) over the first
     ``mask.shape[1]`` slots under ``mask`` ([T, slots] bool, True = may attend). Grouped-query heads
     share their key/value head, never repeated (the query heads of one group are rows of one matrix).
-    One position goes through SDPA, wider forwards through two bmm: on CPU, bmm copies the cache
-    slices it reads (a SmolLM2 step: 15.4 ms with bmm, 13.1 with SDPA), while SDPA is no faster at
-    width 8 and slower at long contexts (``results/smollm2-cpu-xeon-profile/attention_ab.txt``).
-    Returns [T, heads * d]."""
-    k_cache.index_copy_(1, slots, k)
-    v_cache.index_copy_(1, slots, v)
+    Attention runs in the cache's dtype (float32 on CPU, see ``TargetModel.kv_dtype``) and returns
+    [T, heads * d] in q's dtype.
+
+    Kernels, by measurement on CPU (``results/smollm2-cpu-xeon-profile/attention_ab.txt``): wider
+    forwards take two float32 bmm (bfloat16 bmm of these small shapes ran 1.5x slower and copied each
+    cache slice); one position, when compiled, is a multiply-and-sum that inductor fuses into one loop
+    reading the cache in place (0.8 ms for 30 layers at context 256 against SDPA's 1.2), and SDPA
+    when eager (where the same formula would materialise [heads, slots, d])."""
+    out_dtype = q.dtype
+    k_cache.index_copy_(1, slots, k.to(k_cache.dtype))
+    v_cache.index_copy_(1, slots, v.to(v_cache.dtype))
+    q = q.to(k_cache.dtype)
     H, T, d = q.shape
     Hkv, n = k_cache.shape[0], mask.shape[-1]
     g = H // Hkv
+    keys, values = k_cache[:, :n], v_cache[:, :n]
+    if T == 1 and not torch.compiler.is_compiling():
+        return F.scaled_dot_product_attention(q.reshape(Hkv, g, d), keys, values, attn_mask=mask).reshape(1, H * d).to(out_dtype)
     if T == 1:
-        o = F.scaled_dot_product_attention(q.reshape(Hkv, g, d), k_cache[:, :n], v_cache[:, :n], attn_mask=mask)
-        return o.reshape(1, H * d)
-    scores = torch.bmm(q.reshape(Hkv, g * T, d), k_cache[:, :n].transpose(1, 2)).float() * d ** -0.5
-    scores = scores.view(Hkv, g, T, n).masked_fill(~mask, float("-inf"))
-    p = torch.softmax(scores, dim=-1).to(q.dtype).view(Hkv, g * T, n)
-    return torch.bmm(p, v_cache[:, :n]).view(H, T, d).transpose(0, 1).reshape(T, H * d)
+        scores = (q.reshape(Hkv, g, 1, d) * keys.unsqueeze(1)).sum(-1) * d ** -0.5
+    else:
+        scores = torch.bmm(q.reshape(Hkv, g * T, d), keys.transpose(1, 2)) * d ** -0.5
+    p = torch.softmax(scores.view(Hkv, g, T, n).masked_fill(~mask, float("-inf")), dim=-1)
+    if T == 1:
+        return (p.view(Hkv, g, n, 1) * values.unsqueeze(1)).sum(-2).reshape(1, H * d).to(out_dtype)
+    return torch.bmm(p.view(Hkv, g * T, n), values).view(H, T, d).transpose(0, 1).reshape(T, H * d).to(out_dtype)
 
 
 def attention_mask(start: int, tree: Tree, width: int, device) -> torch.Tensor:
@@ -452,8 +462,14 @@ class TargetModel:
         return cls(hf, None, name=f"tiny-{family}", source=f"tiny:{family}:{seed}")
 
     # ---- the forward -----------------------------------------------------------------------
+    @property
+    def kv_dtype(self) -> torch.dtype:
+        """The cache's dtype: float32 on CPU whatever the weights' (attention's small matmuls run
+        faster in float32 there and the cache is a few MB), the weights' dtype on accelerators."""
+        return torch.float32 if self.device.type == "cpu" else self.dtype
+
     def new_cache(self, max_len: int, n_layers: int | None = None) -> KVCache:
-        cache = KVCache(n_layers or self.n_layers, self.n_kv_heads, self.head_dim, max_len, self.dtype, self.device)
+        cache = KVCache(n_layers or self.n_layers, self.n_kv_heads, self.head_dim, max_len, self.kv_dtype, self.device)
         if self.backend.compiled:  # its length varies; compiled graphs do not specialise on it
             for buf in (*cache.k, *cache.v):
                 torch._dynamo.mark_dynamic(buf, 1)
