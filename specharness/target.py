@@ -83,15 +83,14 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
     Hkv, n = k_cache.shape[0], mask.shape[-1]
     g = H // Hkv
     keys, values = k_cache[:, :n], v_cache[:, :n]
-    if T == 1 and not torch.compiler.is_compiling():
-        return F.scaled_dot_product_attention(q.reshape(Hkv, g, d), keys, values, attn_mask=mask).reshape(1, H * d).to(out_dtype)
     if T == 1:
-        scores = (q.reshape(Hkv, g, 1, d) * keys.unsqueeze(1)).sum(-1) * d ** -0.5
-    else:
-        scores = torch.bmm(q.reshape(Hkv, g * T, d), keys.transpose(1, 2)) * d ** -0.5
+        q = q.reshape(Hkv, g, d)
+        if not torch.compiler.is_compiling():
+            return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask).reshape(1, H * d).to(out_dtype)
+        p = torch.softmax(((q.unsqueeze(2) * keys.unsqueeze(1)).sum(-1) * d ** -0.5).masked_fill(~mask, float("-inf")), dim=-1)
+        return (p.unsqueeze(-1) * values.unsqueeze(1)).sum(-2).reshape(1, H * d).to(out_dtype)
+    scores = torch.bmm(q.reshape(Hkv, g * T, d), keys.transpose(1, 2)) * d ** -0.5
     p = torch.softmax(scores.view(Hkv, g, T, n).masked_fill(~mask, float("-inf")), dim=-1)
-    if T == 1:
-        return (p.view(Hkv, g, n, 1) * values.unsqueeze(1)).sum(-2).reshape(1, H * d).to(out_dtype)
     return torch.bmm(p.view(Hkv, g * T, n), values).view(H, T, d).transpose(0, 1).reshape(T, H * d).to(out_dtype)
 
 
