@@ -126,10 +126,11 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
     l, capture = drafter.exit_layer, tuple(getattr(drafter, "capture_layers", ()))
     rounds: list[Round] = []
 
-    # prefill: the whole prompt, split at the drafter's exit layer so it can keep those states
+    # prefill: the whole prompt in one full forward (the graph every method shares); a drafter with
+    # an exit layer gets the states entering it back as a captured layer
     ids = torch.tensor(prompt_ids, device=target.device)
-    h_exit = target.forward(ids, cache, 0, 0, l, prefill=True).hidden if l else None
-    out = target.forward(h_exit if l else ids, cache, 0, l, head=True, prefill=True)
+    out = target.forward(ids, cache, 0, head=True, capture=(l - 1,) if l else (), prefill=True)
+    h_exit = out.captured[l - 1] if l else None
     timer.mark()  # verified
     acc = accept(out.logits[-1:], [], None, temperature, gen)
     state.ids.append(acc.next_token)

@@ -144,8 +144,8 @@ def warm_up(target: TargetModel, methods: list[Method], questions: list[Question
     """Untimed runs so lazy initialisation, allocator growth and compilation do not land on question
     one; a compiled target then compiles every width a timed round may need. Returns what it took.
 
-    Every prefill runs the dynamic-width graph of the layer ranges its method splits the prompt at,
-    so the first prompt compiles what every later one needs; rounds run static width buckets up to
+    Every prefill, whatever the method, runs the one dynamic-width graph of the full model (it hands
+    back every layer's states), so the first prompt compiles what every later one needs; rounds run static width buckets up to
     the widest verification of any method here (``expect_widths``); ``precompile`` then compiles, for
     each method, the buckets of the graphs it used up to its own widest verification."""
     started, compiled_before = time.perf_counter(), target.backend.compile_s

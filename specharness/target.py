@@ -24,7 +24,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,7 +200,7 @@ class DecoderStack(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor,
                 k_caches: list[torch.Tensor], v_caches: list[torch.Tensor], a: int, b: int, head: bool,
-                capture: tuple[int, ...] = (), skip: "Skip" = ((), ())) -> tuple:
+                capture: Collection[int] = (), skip: "Skip" = ((), ())) -> tuple:
         h = F.embedding(x, self.embed_weight) if x.dtype == torch.long else x
         T, H, Hkv, d = h.shape[0], self.H, self.Hkv, self.d
         cos, sin = self.cos[positions], self.sin[positions]
@@ -327,6 +327,9 @@ class CompiledBackend(EagerBackend):
         started = time.perf_counter() if key not in self.graphs else None
         if started is not None and self.on_new_graph is not None:
             self.on_new_graph(key)
+        # layer sets as frozensets: under dynamic=True dynamo makes the ints of a tuple symbolic, and
+        # ``i in (0, 1)`` is then False for every i (torch 2.13), so the wide graph captured nothing
+        capture, skip = frozenset(capture), (frozenset(skip[0]), frozenset(skip[1]))
         if static:
             out = self.narrow(x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip)
         else:
@@ -524,7 +527,9 @@ class TargetModel:
         logits when ``head``, and the hidden states after each layer in ``capture``. ``skip`` =
         (layers whose attention, layers whose MLP is left out): a layer-skipping self-drafter's
         forward (its skipped attention writes no K/V; verification rewrites every layer). A
-        ``prefill`` (a prompt, any length) runs a compiled target's dynamic-width graph, unpadded.
+        ``prefill`` (a prompt, any length) runs a compiled target's dynamic-width graph, unpadded; one
+        of more than one position computes every layer's states whatever ``capture`` asks, so all
+        callers' prefills of one layer range share that graph.
         """
         b = self.n_layers if b is None else b
         T = x.shape[0]
@@ -543,10 +548,14 @@ class TargetModel:
         cache.claim(a, b, start, T, width)
         slots = torch.arange(start, start + width, device=self.device)
         mask = attention_mask(start, tree, width, self.device)
+        # a wide prefill hands back every layer's states, whichever a caller keeps: one compiled graph
+        # then serves every method's prefill (each graph costs ~20 s of warm-up even from the disk cache)
+        run_capture = tuple(range(a, b)) if prefill and T > 1 else tuple(capture)
         h, logits, captured = self.backend(x, positions, slots, mask, cache.k[a:b], cache.v[a:b], a, b, head,
-                                           tuple(capture), (tuple(skip[0]), tuple(skip[1])), prefill)
+                                           run_capture, (tuple(skip[0]), tuple(skip[1])), prefill)
+        got = dict(zip(sorted(run_capture), captured))  # the stack hands them back in layer order
         return Forward(h[:T], logits[:T] if logits is not None else None,
-                       {layer: c[:T] for layer, c in zip(capture, captured)} if capture else None)
+                       {layer: got[layer][:T] for layer in capture} if capture else None)
 
     @contextmanager
     def eager(self):

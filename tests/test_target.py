@@ -29,6 +29,25 @@ def test_incremental_blocks_match_one_pass():
     torch.testing.assert_close(torch.cat(parts), full, rtol=1e-5, atol=1e-5)
 
 
+def test_prefill_captures_the_exit_layer_states_of_a_split_prefill():
+    """The engine prefills every method in one full forward and hands an exit-layer drafter the
+    states entering its layer as a capture: they, the cache and the logits equal a prefill split at
+    that layer (how drafters got them before)."""
+    target = TargetModel.tiny("llama", vocab_size=40, n_layers=4, seed=5)
+    ids = torch.tensor([5, 9, 1, 30, 7, 2])
+    one, split = target.new_cache(16), target.new_cache(16)
+    out = target.forward(ids, one, 0, head=True, capture=(1,), prefill=True)
+    h_exit = target.forward(ids, split, 0, 0, 2, prefill=True).hidden
+    rest = target.forward(h_exit, split, 0, 2, head=True, prefill=True)
+    assert set(out.captured) == {1}
+    torch.testing.assert_close(out.captured[1], h_exit, rtol=0, atol=0)
+    torch.testing.assert_close(out.logits, rest.logits, rtol=0, atol=0)
+    for layer in range(target.n_layers):
+        torch.testing.assert_close(one.k[layer][:, :6], split.k[layer][:, :6], rtol=0, atol=0)
+    wrong = target.forward(ids, target.new_cache(16), 0, head=True, capture=(2,), prefill=True)
+    assert not torch.equal(wrong.captured[2], h_exit)  # the capture is the layer asked for, not any
+
+
 def test_cache_cut_back_after_rejected_drafts():
     """After drafting and rejecting, the next logits equal a fresh forward of the accepted prefix."""
     target = TargetModel.tiny("llama", vocab_size=40, n_layers=3, seed=3)
