@@ -62,13 +62,24 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
 
 
+def attention_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A bool mask (True = may attend) as the additive bias attention adds to its scores: 0 or -inf.
+
+    The engine makes it once per forward, before any compiled graph, and every layer adds it:
+    inductor's CPU loops load a bool mask slowly (scaling, selecting under the mask and softmax of
+    [9, 32, 288] scores took 142 us compiled, 58 us adding a float mask instead:
+    ``results/smollm2-cpu-xeon-profile/softmax_ab.txt``)."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, float("-inf"))
+
+
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
            slots: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Write k, v ([kv heads, T, d]) into cache slots, then attend q ([heads, T, d]) over the first
-    ``mask.shape[1]`` slots under ``mask`` ([T, slots] bool, True = may attend). Grouped-query heads
-    share their key/value head, never repeated (the query heads of one group are rows of one matrix).
-    Attention runs in the cache's dtype (float32 on CPU, see ``TargetModel.kv_dtype``) and returns
-    [T, heads * d] in q's dtype.
+    ``mask.shape[1]`` slots under ``mask`` ([T, slots]: bool, True = may attend, or the additive
+    bias of ``attention_bias`` in the cache's dtype). Grouped-query heads share their key/value head,
+    never repeated (the query heads of one group are rows of one matrix). Attention runs in the
+    cache's dtype (float32 on CPU, see ``TargetModel.kv_dtype``) and returns [T, heads * d] in q's
+    dtype.
 
     Kernels, by measurement on CPU (``results/smollm2-cpu-xeon-profile/attention_ab.txt``): wider
     forwards take two float32 bmm (30 layers at width 8, context 256: 2.2 ms, where bfloat16 bmm,
@@ -83,14 +94,15 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
     Hkv, n = k_cache.shape[0], mask.shape[-1]
     g = H // Hkv
     keys, values = k_cache[:, :n], v_cache[:, :n]
+    bias = mask if mask.is_floating_point() else attention_bias(mask, k_cache.dtype)
     if T == 1:
         q = q.reshape(Hkv, g, d)
         if not torch.compiler.is_compiling():
-            return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask).reshape(1, H * d).to(out_dtype)
-        p = torch.softmax(((q.unsqueeze(2) * keys.unsqueeze(1)).sum(-1) * d ** -0.5).masked_fill(~mask, float("-inf")), dim=-1)
+            return F.scaled_dot_product_attention(q, keys, values, attn_mask=bias).reshape(1, H * d).to(out_dtype)
+        p = torch.softmax((q.unsqueeze(2) * keys.unsqueeze(1)).sum(-1) * d ** -0.5 + bias, dim=-1)
         return (p.unsqueeze(-1) * values.unsqueeze(1)).sum(-2).reshape(1, H * d).to(out_dtype)
     scores = torch.bmm(q.reshape(Hkv, g * T, d), keys.transpose(1, 2)) * d ** -0.5
-    p = torch.softmax(scores.view(Hkv, g, T, n).masked_fill(~mask, float("-inf")), dim=-1)
+    p = torch.softmax(scores.view(Hkv, g, T, n) + bias, dim=-1)
     return torch.bmm(p.view(Hkv, g * T, n), values).view(H, T, d).transpose(0, 1).reshape(T, H * d).to(out_dtype)
 
 
@@ -198,7 +210,7 @@ class DecoderStack(nn.Module):
         self.register_buffer("sin", t._sin, persistent=False)
         self.eps, self.H, self.Hkv, self.d = t.eps, t.n_heads, t.n_kv_heads, t.head_dim
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor,
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, bias: torch.Tensor,
                 k_caches: list[torch.Tensor], v_caches: list[torch.Tensor], a: int, b: int, head: bool,
                 capture: Collection[int] = (), skip: "Skip" = ((), ())) -> tuple:
         h = F.embedding(x, self.embed_weight) if x.dtype == torch.long else x
@@ -212,7 +224,7 @@ class DecoderStack(nn.Module):
                 q, k, v = qkv.split([H * d, Hkv * d, Hkv * d], dim=-1)
                 q = rotary(q.view(T, H, d).transpose(0, 1), cos, sin)
                 k = rotary(k.view(T, Hkv, d).transpose(0, 1), cos, sin)
-                o = attend(q, k, v.view(T, Hkv, d).transpose(0, 1), k_caches[j], v_caches[j], slots, mask)
+                o = attend(q, k, v.view(T, Hkv, d).transpose(0, 1), k_caches[j], v_caches[j], slots, bias)
                 h = h + F.linear(o, self.wo[i])
             if i not in skip_mlp:
                 gate, up = F.linear(rms_norm(h, self.ln2[i], self.eps), self.w_gate_up[i]).chunk(2, dim=-1)
@@ -266,8 +278,8 @@ class EagerBackend:
     def width(self, T: int, prefill: bool = False) -> int:
         return T
 
-    def __call__(self, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip, prefill=False):
-        return self.stack(x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip)
+    def __call__(self, x, positions, slots, bias, k_caches, v_caches, a, b, head, capture, skip, prefill=False):
+        return self.stack(x, positions, slots, bias, k_caches, v_caches, a, b, head, capture, skip)
 
 
 def _forward_wide(stack: DecoderStack, *args):
@@ -317,10 +329,10 @@ class CompiledBackend(EagerBackend):
     def width(self, T: int, prefill: bool = False) -> int:
         return bucket(T) if self._static(T, prefill) else T
 
-    def __call__(self, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip, prefill=False):
+    def __call__(self, x, positions, slots, bias, k_caches, v_caches, a, b, head, capture, skip, prefill=False):
         T = x.shape[0]
-        if mask.shape[1] > 1:
-            torch._dynamo.mark_dynamic(mask, 1)  # the context grows every round
+        if bias.shape[1] > 1:
+            torch._dynamo.mark_dynamic(bias, 1)  # the context grows every round
         static = self._static(T, prefill)
         key = GraphKey(a, b, head, capture, x.dtype == torch.long, skip, T if static else "wide")
         self.used.add(key)
@@ -331,9 +343,9 @@ class CompiledBackend(EagerBackend):
         # ``i in (0, 1)`` is then False for every i (torch 2.13), so the wide graph captured nothing
         capture, skip = frozenset(capture), (frozenset(skip[0]), frozenset(skip[1]))
         if static:
-            out = self.narrow(x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip)
+            out = self.narrow(x, positions, slots, bias, k_caches, v_caches, a, b, head, capture, skip)
         else:
-            out = self.wide(self.stack, x, positions, slots, mask, k_caches, v_caches, a, b, head, capture, skip)
+            out = self.wide(self.stack, x, positions, slots, bias, k_caches, v_caches, a, b, head, capture, skip)
         if started is not None:  # a new graph: this call compiled it
             self.graphs.add(key)
             self.compile_s += time.perf_counter() - started
@@ -547,11 +559,13 @@ class TargetModel:
             positions = torch.cat([positions, positions[-1:].expand(width - T)])
         cache.claim(a, b, start, T, width)
         slots = torch.arange(start, start + width, device=self.device)
-        mask = attention_mask(start, tree, width, self.device)
+        # made here, outside any compiled graph: inside one, inductor recomputes it from the bool mask in
+        # every layer's softmax loop, which is what the float bias avoids
+        bias = attention_bias(attention_mask(start, tree, width, self.device), self.kv_dtype)
         # a wide prefill hands back every layer's states, whichever a caller keeps: one compiled graph
         # then serves every method's prefill (each graph costs ~20 s of warm-up even from the disk cache)
         run_capture = tuple(range(a, b)) if prefill and T > 1 else tuple(capture)
-        h, logits, captured = self.backend(x, positions, slots, mask, cache.k[a:b], cache.v[a:b], a, b, head,
+        h, logits, captured = self.backend(x, positions, slots, bias, cache.k[a:b], cache.v[a:b], a, b, head,
                                            run_capture, (tuple(skip[0]), tuple(skip[1])), prefill)
         got = dict(zip(sorted(run_capture), captured))  # the stack hands them back in layer order
         return Forward(h[:T], logits[:T] if logits is not None else None,
