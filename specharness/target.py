@@ -65,9 +65,9 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 def attention_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """A bool mask (True = may attend) as the additive bias attention adds to its scores: 0 or -inf.
 
-    The engine makes it once per forward, before any compiled graph, and every layer adds it:
-    inductor's CPU loops load a bool mask slowly (scaling, selecting under the mask and softmax of
-    [9, 32, 288] scores took 142 us compiled, 58 us adding a float mask instead:
+    ``TargetModel.forward`` makes it once per forward, outside any compiled graph, and every layer
+    adds it: inductor's CPU loops load a bool mask slowly (scaling, selecting under the mask and
+    softmax of [9, 32, 288] scores took 142 us compiled, 58 us adding a float mask instead:
     ``results/smollm2-cpu-xeon-profile/softmax_ab.txt``)."""
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, float("-inf"))
 
@@ -94,7 +94,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
     Hkv, n = k_cache.shape[0], mask.shape[-1]
     g = H // Hkv
     keys, values = k_cache[:, :n], v_cache[:, :n]
-    bias = mask if mask.is_floating_point() else attention_bias(mask, k_cache.dtype)
+    bias = mask.to(k_cache.dtype) if mask.is_floating_point() else attention_bias(mask, k_cache.dtype)
     if T == 1:
         q = q.reshape(Hkv, g, d)
         if not torch.compiler.is_compiling():
@@ -237,7 +237,7 @@ class DecoderStack(nn.Module):
 
 # ---- running the stack: eagerly, or compiled ---------------------------------------------------------
 COMPILE_MODES = ("none", "default", "max-autotune")
-Skip = tuple[tuple[int, ...], tuple[int, ...]]  # (layers whose attention, layers whose MLP a forward leaves out)
+Skip = tuple[Collection[int], Collection[int]]  # (layers whose attention, layers whose MLP a forward leaves out)
 WIDTH_BUCKETS = (1, 8, 16, 32, 64)  # static compiled widths (padded) for verification; prefills: one dynamic graph
 
 
@@ -545,6 +545,8 @@ class TargetModel:
         """
         b = self.n_layers if b is None else b
         T = x.shape[0]
+        if any(not a <= layer < b for layer in capture):
+            raise ValueError(f"capture layers {sorted(capture)} outside the forward's layers [{a}, {b})")
         tree = tree or Tree.chain(T - 1)
         if len(tree) != T:
             raise ValueError(f"{T} positions but a tree of {len(tree)} nodes")

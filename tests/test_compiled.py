@@ -52,11 +52,23 @@ def test_compiled_logits_equal_eager_and_models_do_not_share_weights(pair):
                                        e.forward(x, ce, len(ids), head=True).logits, rtol=1e-4, atol=1e-4)
     assert any(g[-1] == 8 for g in c1.backend.graphs) and any(g[-1] == "wide" for g in c1.backend.graphs)
     # a prefill hands back the layer a drafter asks for, from the dynamic-width graph too (where dynamo
-    # once turned the layer numbers symbolic and captured nothing)
-    for x in (torch.tensor(ids), torch.tensor(ids[:5])):
-        got = c1.forward(x, c1.new_cache(160), 0, head=True, capture=(0,), prefill=True).captured
-        want = e1.forward(x, e1.new_cache(160), 0, head=True, capture=(0,), prefill=True).captured
-        torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-4)
+    # once turned the layer numbers symbolic and captured nothing); once compiled, that graph serves
+    # every prefill, whatever it captures and however long (the first call here may recompile once:
+    # c1.logits above ran on a cache exactly the prompt's length, and dynamo guarded on that equality)
+    from torch._dynamo.utils import counters
+
+    def prefill(x, capture):
+        got = c1.forward(x, c1.new_cache(160), 0, head=True, capture=capture, prefill=True).captured
+        want = e1.forward(x, e1.new_cache(160), 0, head=True, capture=capture, prefill=True).captured
+        for layer in capture:
+            torch.testing.assert_close(got[layer], want[layer], rtol=1e-4, atol=1e-4)
+
+    prefill(torch.tensor(ids), (0,))
+    compiled_before = counters["stats"]["unique_graphs"]
+    for x in (torch.tensor(ids[:5]), torch.tensor(ids[:40]), torch.tensor(ids)):
+        prefill(x, (0,))
+        prefill(x, ())
+    assert counters["stats"]["unique_graphs"] == compiled_before
 
 
 def test_compiled_tree_and_generation_equal_eager(pair):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import torch
+
 from specharness.methods.vanilla import NoDraft
 from specharness.engine import generate
 from specharness.plugins import build_registry
@@ -71,6 +73,26 @@ class _Replay:
 
     def commit(self, state, accepted):
         pass
+
+
+def test_an_exit_layer_drafter_gets_the_states_entering_its_layer():
+    """The prefill is one full forward; a drafter with exit layer l must get the prompt's states
+    after layer l - 1 (those entering l), not after l: verification would stay lossless either way,
+    so only this test sees an off-by-one."""
+    from specharness.target import TargetModel
+    target = TargetModel.tiny("llama", vocab_size=50, n_layers=4, seed=7)
+    prompt = [4, 5, 6, 7, 8]
+    seen = []
+
+    class Recorder(NoDraft):
+        exit_layer = 2
+
+        def begin(self, state, prefill_hidden):
+            seen.append(prefill_hidden)
+
+    generate(target, Recorder(), greedy, prompt, 3)
+    want = target.layers(target.embed(torch.tensor(prompt)), 0, 0, 2, target.new_cache(8))
+    torch.testing.assert_close(seen[0], want, rtol=0, atol=0)
 
 
 def test_a_round_cut_short_by_eos_records_only_the_drafts_it_kept():

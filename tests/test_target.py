@@ -46,6 +46,8 @@ def test_prefill_captures_the_exit_layer_states_of_a_split_prefill():
         torch.testing.assert_close(one.k[layer][:, :6], split.k[layer][:, :6], rtol=0, atol=0)
     wrong = target.forward(ids, target.new_cache(16), 0, head=True, capture=(2,), prefill=True)
     assert not torch.equal(wrong.captured[2], h_exit)  # the capture is the layer asked for, not any
+    with pytest.raises(ValueError, match="outside the forward's layers"):
+        target.forward(ids, target.new_cache(16), 0, 0, 2, capture=(3,), prefill=True)
 
 
 def test_cache_cut_back_after_rejected_drafts():
