@@ -145,9 +145,10 @@ def warm_up(target: TargetModel, methods: list[Method], questions: list[Question
     one; a compiled target then compiles every width a timed round may need. Returns what it took.
 
     Every prefill, whatever the method, runs the one dynamic-width graph of the full model (it hands
-    back every layer's states), so the first prompt compiles what every later one needs; rounds run static width buckets up to
-    the widest verification of any method here (``expect_widths``); ``precompile`` then compiles, for
-    each method, the buckets of the graphs it used up to its own widest verification."""
+    back every layer's states), so the first prompt compiles what every later one needs; rounds run
+    static width buckets up to the widest verification of any method here (``expect_widths``);
+    ``precompile`` then compiles, for each method, the buckets of the graphs it used up to its own
+    widest verification."""
     started, compiled_before = time.perf_counter(), target.backend.compile_s
     max_width = max((m.max_width for m in methods), default=1)
     target.expect_widths(max_width)
