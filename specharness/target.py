@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .errors import UsageError
+from . import amx_prefetch
 from .inductor_cache import cache_prepacked_graphs
 from .paths import cache_root
 from .tree import Tree
@@ -267,6 +268,7 @@ class EagerBackend:
 
     compiled = False
     mode = "none"
+    amx_prefetch = False  # the AMX GEMM template's weight prefetch is in its graphs (specharness.amx_prefetch)
 
     def __init__(self, stack: DecoderStack) -> None:
         self.stack = stack
@@ -314,6 +316,7 @@ class CompiledBackend(EagerBackend):
         if device.type == "cpu":
             inductor_config.freezing = True
             cache_prepacked_graphs()  # a second run reads its graphs from inductor's disk cache
+            self.amx_prefetch = mode == "max-autotune" and amx_prefetch.install()  # its GEMM template's weight loads
         options = {"mode": None if mode == "default" else ("max-autotune-no-cudagraphs" if device.type == "cpu"
                                                           else mode)}
         if device.type == "cuda" and mode == "default":

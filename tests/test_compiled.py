@@ -226,3 +226,51 @@ def test_a_second_process_reads_frozen_graphs_from_inductors_disk_cache_keyed_by
     assert unhooked["fx"].get("fxgraph_cache_bypass", 0) >= 1
     for run in (second, unhooked):
         assert run["runs"] == first["runs"]  # the cached code computes exactly what a fresh compile does
+
+
+def test_the_amx_prefetch_changes_no_logit_and_its_graphs_have_cache_entries_of_their_own(tmp_path):
+    """specharness.amx_prefetch edits inductor's AMX GEMM template: the graphs it compiles hold the
+    prefetch, compute the stock template's logits bit for bit, and never come from (or serve) the
+    stock template's cache entries. Two processes on one fresh cache, the template forced: stock
+    first, then with the prefetch, which must miss."""
+    if not torch.cpu._is_amx_tile_supported():
+        pytest.skip("this CPU has no AMX: the GEMM template the prefetch edits does not run here")
+    probe = Path(__file__).with_name("inductor_cache_probe.py")
+    cache = tmp_path / "inductor"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "TORCH_COMPILE", "SPECHARNESS_AMX"))}
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(cache), TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS="CPP")
+
+    def process(prefetch: str) -> dict:
+        done = subprocess.run([sys.executable, str(probe), "1"], env={**env, "SPECHARNESS_AMX_PREFETCH": prefetch},
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    def with_prefetch() -> int:
+        return sum("specharness: prefetch" in p.read_text(errors="replace") for p in cache.rglob("*") if p.is_file()
+                   and p.suffix in (".py", ".cpp") and p.stat().st_size < 5_000_000)
+
+    stock = process("0")
+    assert stock["fx"].get("fxgraph_cache_miss", 0) >= 1 and with_prefetch() == 0
+    edited = process("1")
+    assert edited["fx"].get("fxgraph_cache_miss", 0) >= 1 and "fxgraph_cache_hit" not in edited["fx"]
+    assert with_prefetch() >= 1  # the AMX kernel ran, and with the prefetch in it
+    assert edited["runs"] == stock["runs"]  # a prefetch hint changes no value
+
+
+def test_the_prefetch_edit_fits_this_torchs_amx_template_and_picks_its_rule_by_kernel_rows():
+    import jinja2
+
+    import torch._inductor.graph  # noqa: F401  (inductor's codegen modules import in this order)
+    from torch._inductor.codegen import cpp_micro_gemm
+
+    from specharness import amx_prefetch
+    template = cpp_micro_gemm.CppMicroGemmAMX.TEMPLATE_KERNEL
+    edited = amx_prefetch.patched(template)
+    assert edited is not None and amx_prefetch.patched(edited) == edited  # found; a second edit adds nothing
+    assert amx_prefetch.patched("no k-loop in this text") is None  # another torch's template: left alone
+    jinja2.Environment().parse(edited)
+    hint = jinja2.Template(amx_prefetch._HINT)
+    narrow, wide = (hint.render(num_rows=rows, block_k=32) for rows in (16, 32))
+    assert "(k + 4 * 32)" in narrow and "_MM_HINT_T0" in narrow
+    assert "(k + 8 * 32)" in wide and "_MM_HINT_T1" in wide
