@@ -1,20 +1,23 @@
 """A software prefetch of the weights in inductor's AMX GEMM micro-kernel (CPU, max-autotune).
 
-Under max-autotune on a CPU with AMX, inductor's C++ GEMM template runs every bfloat16 linear of
-the target. Its AMX micro-kernel loads each tile of the packed weights straight from memory, with
-no prefetch hint (torch 2.13's template says so in a TODO), so a core waits for a tile, multiplies
-it, and only then asks for the next: at one position the loads are latency-bound, and at 32
-positions the multiplies add to the loads instead of hiding under them. The hint added here asks,
-at every k-step, for the weight bytes a few k-steps ahead (8 KB into L1 for the kernel of up to 16
-rows, 16 KB into L2 for the 32-row one); the packed blocks of one thread lie end to end, so near the end of a block it fetches the
-start of the next. Measured on SmolLM2's 121 linears with their own weights
-(``results/smollm2-cpu-xeon-profile-v3/amx_prefetch_ab.txt``).
+Under max-autotune on a CPU with AMX, inductor's C++ GEMM template runs the bfloat16 linears where
+it wins autotuning (all of SmolLM2's). Its AMX micro-kernel loads each tile of the packed weights
+straight from memory, with no prefetch hint (torch 2.13's template says so in a TODO), so a core
+waits for a tile, multiplies it, and only then asks for the next: at one position the loads are
+latency-bound, and at 32 positions the multiplies add to the loads instead of hiding under them.
+The hint added here asks, at every k-step, for the weight bytes a few k-steps ahead (for 32-column
+blocks, 8 KB into L1 in the kernel of up to 16 rows, 16 KB into L2 in the 32-row one). Where a
+block's k-range is the whole of K, a thread's packed blocks lie end to end, so near the end of one
+block it fetches the start of the next. The distances and cache levels come from a sweep on 30
+layers of SmolLM2-shaped linears with their own weights (``amx_prefetch_sweep.txt``), the gain from
+the full model, interleaved (``amx_prefetch_ab.txt``), both in ``results/smollm2-cpu-xeon-profile-v3``.
 
-The hint changes no value a kernel computes (``tests/test_compiled.py`` compares compiled logits
-with eager ones). It edits the template's source string once per process, before graphs compile,
-and registers a no-op post-grad pass whose ``uuid`` names the edit: inductor's FX graph cache keys
-include that uuid, so graphs compiled with and without it never share a cache entry. Where torch's
-template text differs (another torch), nothing changes and ``install`` says False.
+The hint changes no value a kernel computes (``tests/test_compiled.py`` compares the logits of graphs
+compiled with and without it, bit for bit). It edits the template's source string once per process,
+before graphs compile, and registers a no-op post-grad pass whose ``uuid`` names the edit: inductor's
+FX graph cache keys (and AOT autograd's, built on them) include that uuid, so graphs compiled with
+and without it never share a cache entry. On a CPU without AMX, or where torch's template text
+differs (another torch), nothing changes and ``install`` says False.
 ``SPECHARNESS_AMX_PREFETCH=0`` switches it off.
 """
 
@@ -26,9 +29,10 @@ import os
 # k-steps (32 elements of K each) ahead, and the cache level, by the kernel's row count: the 16-row
 # kernel (up to 16 positions) only streams weights and wants them in L1 soon; the 32-row kernel
 # multiplies twice as long per tile and does best asking for them in L2 further ahead
-# (amx_prefetch_ab.txt: one position 4 k-steps to L1, 32 positions 8 k-steps to L2)
+# (amx_prefetch_sweep.txt: one position 4 k-steps to L1, 32 positions 8 k-steps to L2)
 NARROW, WIDE = ("4", "_MM_HINT_T0"), ("8", "_MM_HINT_T1")
 ENV = "SPECHARNESS_AMX_PREFETCH"
+_UUID = "specharness-amx-prefetch"
 _ANCHOR = "    auto compute = [&](int k) {\n"
 _HINT = (
     "    auto compute = [&](int k) {\n"
@@ -64,6 +68,9 @@ def install() -> bool:
     if os.environ.get(ENV, "1") == "0":
         return False
     try:
+        import torch
+        if not torch.cpu._is_amx_tile_supported():
+            return False  # no AMX kernel to edit runs here
         import torch._inductor.graph  # noqa: F401  (imports inductor's codegen modules in their order)
         import torch._inductor.config as inductor_config
         from torch._inductor.codegen import cpp_micro_gemm
@@ -72,7 +79,11 @@ def install() -> bool:
     except (ImportError, AttributeError):
         return False
     new = patched(getattr(amx, "TEMPLATE_KERNEL", ""))
-    if new is None or inductor_config.post_grad_custom_post_pass is not None:
+    slot = inductor_config.post_grad_custom_post_pass
+    if _HINT in amx.TEMPLATE_KERNEL and str(getattr(slot, "uuid", lambda: "")()).startswith(_UUID):
+        _installed = True  # edited and marked already (this module's state was reset)
+        return True
+    if new is None or slot is not None:
         return False  # another torch's template, or someone else's pass in the one slot we would use
     digest = hashlib.sha256(new.encode()).hexdigest()[:16]
 
@@ -83,7 +94,7 @@ def install() -> bool:
             return None
 
         def uuid(self) -> str:
-            return f"specharness-amx-prefetch-{digest}"
+            return f"{_UUID}-{digest}"
 
     amx.TEMPLATE_KERNEL = new
     inductor_config.post_grad_custom_post_pass = PrefetchMarker()
