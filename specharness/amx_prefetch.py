@@ -78,11 +78,11 @@ def install() -> bool:
         amx = cpp_micro_gemm.CppMicroGemmAMX
     except (ImportError, AttributeError):
         return False
-    new = patched(getattr(amx, "TEMPLATE_KERNEL", ""))
-    slot = inductor_config.post_grad_custom_post_pass
-    if _HINT in amx.TEMPLATE_KERNEL and str(getattr(slot, "uuid", lambda: "")()).startswith(_UUID):
+    template, slot = getattr(amx, "TEMPLATE_KERNEL", ""), inductor_config.post_grad_custom_post_pass
+    if _HINT in template and str(getattr(slot, "uuid", lambda: "")()).startswith(_UUID):
         _installed = True  # edited and marked already (this module's state was reset)
         return True
+    new = patched(template)
     if new is None or slot is not None:
         return False  # another torch's template, or someone else's pass in the one slot we would use
     digest = hashlib.sha256(new.encode()).hexdigest()[:16]
