@@ -78,30 +78,38 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
     """Write k, v ([kv heads, T, d]) into cache slots, then attend q ([heads, T, d]) over the first
     ``mask.shape[1]`` slots under ``mask`` ([T, slots]: bool, True = may attend, or the additive
     bias of ``attention_bias`` in the cache's dtype). Grouped-query heads share their key/value head,
-    never repeated (the query heads of one group are rows of one matrix). Attention runs in the
-    cache's dtype (float32 on CPU, see ``TargetModel.kv_dtype``) and returns [T, heads * d] in q's
-    dtype.
+    never repeated (the query heads of one group are rows of one matrix). The cache holds the
+    weights' dtype (``TargetModel.kv_dtype``); scores and softmax run in float32; the result is
+    [T, heads * d] in q's dtype.
 
-    Kernels, by measurement on CPU (``results/smollm2-cpu-xeon-profile/attention_ab.txt``): wider
-    forwards take two float32 bmm (30 layers at width 8, context 256: 2.2 ms, where bfloat16 bmm,
-    which copies each cache slice, took 3.3; level at context 1024); one position, when compiled, is
-    a multiply-and-sum that inductor fuses into one loop reading the cache in place (0.85 ms against
-    SDPA's 1.3), and SDPA when eager (where the same formula would materialise [heads, slots, d])."""
+    Kernels, by measurement on CPU (30 SmolLM2 layers of attention alone, compiled max-autotune:
+    ``results/smollm2-cpu-xeon-profile-v4/attention_ab.txt``):
+    - one position, when compiled, is a multiply-and-sum that inductor fuses into one loop reading
+      the cache in place (context 288: 0.74 ms from a bfloat16 cache, 0.88 from float32), and SDPA
+      when eager (where the same formula would materialise [heads, slots, d]);
+    - wider forwards over a bfloat16 or float16 cache take SDPA, whose CPU flash kernel multiplies
+      on AMX with a fused softmax, each group's query heads folded into the rows of one head (width
+      8: 1.5 ms against 2.0 with SDPA's own grouped heads and 2.5 for float32 bmm; width 32: 2.5,
+      2.8 and 4.4); over a float32 cache, two bmm (as fast as float32 SDPA there)."""
     out_dtype = q.dtype
     k_cache.index_copy_(1, slots, k.to(k_cache.dtype))
     v_cache.index_copy_(1, slots, v.to(v_cache.dtype))
-    q = q.to(k_cache.dtype)
     H, T, d = q.shape
     Hkv, n = k_cache.shape[0], mask.shape[-1]
     g = H // Hkv
     keys, values = k_cache[:, :n], v_cache[:, :n]
     bias = mask.to(k_cache.dtype) if mask.is_floating_point() else attention_bias(mask, k_cache.dtype)
+    if T == 1 and torch.compiler.is_compiling():
+        q = q.float().reshape(Hkv, g, d)
+        p = torch.softmax((q.unsqueeze(2) * keys.float().unsqueeze(1)).sum(-1) * d ** -0.5 + bias.float(), dim=-1)
+        return (p.unsqueeze(-1) * values.float().unsqueeze(1)).sum(-2).reshape(1, H * d).to(out_dtype)
+    q = q.to(k_cache.dtype)
     if T == 1:
-        q = q.reshape(Hkv, g, d)
-        if not torch.compiler.is_compiling():
-            return F.scaled_dot_product_attention(q, keys, values, attn_mask=bias).reshape(1, H * d).to(out_dtype)
-        p = torch.softmax((q.unsqueeze(2) * keys.unsqueeze(1)).sum(-1) * d ** -0.5 + bias, dim=-1)
-        return (p.unsqueeze(-1) * values.unsqueeze(1)).sum(-2).reshape(1, H * d).to(out_dtype)
+        return F.scaled_dot_product_attention(q.reshape(Hkv, g, d), keys, values, attn_mask=bias).reshape(1, H * d).to(out_dtype)
+    if k_cache.dtype != torch.float32:  # a group's query heads as rows of one head: K/V read once per group
+        o = F.scaled_dot_product_attention(q.reshape(1, Hkv, g * T, d), keys.unsqueeze(0), values.unsqueeze(0),
+                                           attn_mask=bias.repeat(g, 1))
+        return o.view(H, T, d).transpose(0, 1).reshape(T, H * d).to(out_dtype)
     scores = torch.bmm(q.reshape(Hkv, g * T, d), keys.transpose(1, 2)) * d ** -0.5
     p = torch.softmax(scores.view(Hkv, g, T, n) + bias, dim=-1)
     return torch.bmm(p.view(Hkv, g * T, n), values).view(H, T, d).transpose(0, 1).reshape(T, H * d).to(out_dtype)
@@ -481,9 +489,9 @@ class TargetModel:
     # ---- the forward -----------------------------------------------------------------------
     @property
     def kv_dtype(self) -> torch.dtype:
-        """The cache's dtype: float32 on CPU whatever the weights' (attention's small matmuls run
-        faster in float32 there and the cache is a few MB), the weights' dtype on accelerators."""
-        return torch.float32 if self.device.type == "cpu" else self.dtype
+        """The cache's dtype: the weights'. On CPU a bfloat16 cache halves the bytes attention reads
+        and lets wider forwards take SDPA's AMX flash kernel (see ``attend``)."""
+        return self.dtype
 
     def new_cache(self, max_len: int, n_layers: int | None = None) -> KVCache:
         cache = KVCache(n_layers or self.n_layers, self.n_kv_heads, self.head_dim, max_len, self.kv_dtype, self.device)

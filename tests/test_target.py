@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specharness.target import TargetModel
+from specharness.target import TargetModel, attend, attention_mask
+from specharness.tree import Tree
 
 
 @pytest.mark.parametrize("family", ["llama", "mistral", "qwen2"])
@@ -16,6 +17,31 @@ def test_lean_forward_matches_transformers(family):
         ref = target.hf(ids[None]).logits[0]
     ours = target.logits(ids)
     torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_attention_over_a_bfloat16_cache_matches_the_float32_kernels(compiled):
+    """A bfloat16 cache takes other kernels (SDPA's flash kernel from two positions; the fused loop
+    at one, when compiled) than a float32 one (two bmm). On the same bfloat16-rounded inputs, under a
+    tree mask and grouped-query heads, both give one answer: a mixed-up head group, a dropped mask or
+    a misplaced slot would not."""
+    H, Hkv, d, n0 = 6, 2, 16, 9
+    g = torch.Generator().manual_seed(4)
+    rnd = lambda *shape: torch.randn(*shape, generator=g).bfloat16()  # noqa: E731
+    fn = torch.compile(attend, fullgraph=True) if compiled else attend
+    for tree in (Tree.chain(0), Tree((-1, 0, 0, 1, 2))):
+        T = len(tree)
+        past_k, past_v, q, k, v = rnd(Hkv, n0, d), rnd(Hkv, n0, d), rnd(H, T, d), rnd(Hkv, T, d), rnd(Hkv, T, d)
+        mask = attention_mask(n0, tree, T, "cpu")
+        slots = torch.arange(n0, n0 + T)
+        out = {}
+        for dtype in (torch.bfloat16, torch.float32):
+            kc, vc = torch.zeros(Hkv, 32, d, dtype=dtype), torch.zeros(Hkv, 32, d, dtype=dtype)
+            kc[:, :n0], vc[:, :n0] = past_k, past_v
+            out[dtype] = fn(q.to(dtype), k.to(dtype), v.to(dtype), kc, vc, slots, mask).float()
+            assert torch.equal(kc[:, n0:n0 + T].float(), k.float()) and not kc[:, n0 + T:].any()
+        assert out[torch.bfloat16].shape == (T, H * d)
+        torch.testing.assert_close(out[torch.bfloat16], out[torch.float32], rtol=0, atol=3e-2)
 
 
 def test_incremental_blocks_match_one_pass():
