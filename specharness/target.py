@@ -277,6 +277,7 @@ class EagerBackend:
     compiled = False
     mode = "none"
     amx_prefetch = False  # the AMX GEMM template's weight prefetch is in its graphs (specharness.amx_prefetch)
+    cpp_wrapper = False  # inductor's wrapper code (the calls between kernels) is C++, not Python
 
     def __init__(self, stack: DecoderStack) -> None:
         self.stack = stack
@@ -325,6 +326,9 @@ class CompiledBackend(EagerBackend):
             inductor_config.freezing = True
             cache_prepacked_graphs()  # a second run reads its graphs from inductor's disk cache
             self.amx_prefetch = mode == "max-autotune" and amx_prefetch.install()  # its GEMM template's weight loads
+            # the calls between kernels in C++: a graph's Python wrapper cost 0.75 ms of a width-1 step
+            # and 1.6 ms at width 8, where attention is an extern SDPA call (results/smollm2-cpu-xeon-profile-v4)
+            self.cpp_wrapper = inductor_config.cpp_wrapper = os.environ.get("SPECHARNESS_CPP_WRAPPER", "1") != "0"
         options = {"mode": None if mode == "default" else ("max-autotune-no-cudagraphs" if device.type == "cpu"
                                                           else mode)}
         if device.type == "cuda" and mode == "default":
