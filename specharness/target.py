@@ -106,13 +106,14 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
     q = q.to(k_cache.dtype)
     if T == 1:
         return F.scaled_dot_product_attention(q.reshape(Hkv, g, d), keys, values, attn_mask=bias).reshape(1, H * d).to(out_dtype)
-    if k_cache.dtype != torch.float32:  # a group's query heads as rows of one head: K/V read once per group
-        o = F.scaled_dot_product_attention(q.reshape(1, Hkv, g * T, d), keys.unsqueeze(0), values.unsqueeze(0),
+    rows = q.reshape(Hkv, g * T, d)  # a group's query heads as rows of one matrix: K/V read once per group
+    if k_cache.dtype != torch.float32:
+        o = F.scaled_dot_product_attention(rows.unsqueeze(0), keys.unsqueeze(0), values.unsqueeze(0),
                                            attn_mask=bias.repeat(g, 1))
-        return o.view(H, T, d).transpose(0, 1).reshape(T, H * d).to(out_dtype)
-    scores = torch.bmm(q.reshape(Hkv, g * T, d), keys.transpose(1, 2)) * d ** -0.5
-    p = torch.softmax(scores.view(Hkv, g, T, n) + bias, dim=-1)
-    return torch.bmm(p.view(Hkv, g * T, n), values).view(H, T, d).transpose(0, 1).reshape(T, H * d).to(out_dtype)
+    else:
+        p = torch.softmax((torch.bmm(rows, keys.transpose(1, 2)) * d ** -0.5).view(Hkv, g, T, n) + bias, dim=-1)
+        o = torch.bmm(p.view(Hkv, g * T, n), values)
+    return o.view(H, T, d).transpose(0, 1).reshape(T, H * d).to(out_dtype)
 
 
 def attention_mask(start: int, tree: Tree, width: int, device) -> torch.Tensor:

@@ -1,43 +1,22 @@
 """A bfloat16 K/V cache (attention over it by SDPA's flash kernel at widths > 1), A/B on the full
-model: vanilla's compiled bfloat16 max-autotune forward at widths 1, 8, 16, 32, 64 and contexts 256
-and 1024, two targets in one process, timed interleaved (5 rounds of 9 forwards per width, context
-and target after warm-up; medians in ms). The control keeps the float32 cache the engine used
-before (``TargetModel.kv_dtype`` float32), which takes attend's float32 kernels: the fused
-one-position loop and two bmm, exactly as before this change.
+model: two targets in one process, compiled and timed interleaved as full_model_ab.py says. The
+control keeps the float32 cache the engine used before (``TargetModel.kv_dtype`` float32), which
+takes attend's float32 kernels: the fused one-position loop and two bmm, exactly as before.
 Run with nothing else on the machine: python results/smollm2-cpu-xeon-profile-v4/bf16_cache_ab.py"""
-import statistics, torch
+import torch
 torch.set_num_threads(2)
-from specharness import kernels
+from full_model_ab import compiled_target, time_interleaved
 from specharness.target import TargetModel
-from specharness.results import provenance
-W, CTX = (1, 8, 16, 32, 64), (256, 1024)
 
 
 class Float32Cache(TargetModel):
     kv_dtype = property(lambda self: torch.float32)
 
 
-targets = {}
-for name in ("f32-cache", "bf16-cache"):
-    t = TargetModel.load("smollm2", "bfloat16")
-    if name == "f32-cache":
-        t.__class__ = Float32Cache
-    kernels.apply(t, "max-autotune"); t.expect_widths(max(W))
-    for w in W:
-        kernels.step_ms(t, context=256, width=w, repeats=1)  # compiles every width before timing
-    assert t.kv_dtype == (torch.float32 if name == "f32-cache" else torch.bfloat16)
-    targets[name] = t
-    print(name, "compiled", round(t.backend.compile_s), "s", flush=True)
-res = {(n, c, w): [] for n in targets for c in CTX for w in W}
-for rep in range(5):
-    for c in CTX:
-        for n, t in targets.items():
-            for w in W:
-                res[n, c, w].append(kernels.step_ms(t, context=c, width=w, repeats=9))
-print("#", provenance(model="smollm2", device="cpu", threads=2, cpu=kernels.cpu_name(),
-                      command="python results/smollm2-cpu-xeon-profile-v4/bf16_cache_ab.py"), flush=True)
-for c in CTX:
-    for n in targets:
-        med = {w: round(statistics.median(res[n, c, w]), 2) for w in W}
-        print(f"ctx {c} {n}", med, "8/1", round(med[8] / med[1], 3), "32/1", round(med[32] / med[1], 3),
-              "rounds", {w: [round(x, 1) for x in res[n, c, w]] for w in W}, flush=True)
+def float32_cache(t: TargetModel) -> None:
+    t.__class__ = Float32Cache
+
+
+targets = {"f32-cache": compiled_target("f32-cache", float32_cache), "bf16-cache": compiled_target("bf16-cache")}
+assert targets["f32-cache"].kv_dtype == torch.float32 and targets["bf16-cache"].kv_dtype == torch.bfloat16
+time_interleaved(targets, "python results/smollm2-cpu-xeon-profile-v4/bf16_cache_ab.py")
