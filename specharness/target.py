@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .errors import UsageError
-from . import amx_prefetch
+from . import amx_prefetch, narrow_attention
 from .inductor_cache import cache_prepacked_graphs
 from .paths import cache_root
 from .tree import Tree
@@ -74,7 +74,7 @@ def attention_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-           slots: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+           slots: torch.Tensor, mask: torch.Tensor, narrow: bool = False) -> torch.Tensor:
     """Write k, v ([kv heads, T, d]) into cache slots, then attend q ([heads, T, d]) over the first
     ``mask.shape[1]`` slots under ``mask`` ([T, slots]: bool, True = may attend, or the additive
     bias of ``attention_bias`` in the cache's dtype). Grouped-query heads share their key/value head,
@@ -86,8 +86,14 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
     ``results/smollm2-cpu-xeon-profile-v4/attention_ab.txt``):
     - one position, when compiled, is a multiply-and-sum that inductor fuses into one loop reading
       the cache in place (context 288: 0.74 ms from a bfloat16 cache, 0.88 from float32), and SDPA
-      when eager (where the same formula would materialise [heads, slots, d]);
-    - wider forwards over a bfloat16 or float16 cache take SDPA, whose CPU flash kernel multiplies
+      when eager (where the same formula would materialise [heads, slots, d]) and the kernel below
+      is unavailable;
+    - otherwise, up to ``narrow_attention.MAX_WIDTH`` positions over a bfloat16 cache, where
+      ``narrow`` says it is available (AVX512-BF16, built on first use), our own C++ kernel
+      (``specharness.narrow_attention``; the one position of an eager forward too): width 8 of the
+      full model 17.98 -> 17.50 ms against SDPA at context 256, 22.76 -> 21.80 at 1024
+      (``results/smollm2-cpu-xeon-profile-v5/narrow_attention_ab.txt``);
+    - other forwards over a bfloat16 or float16 cache take SDPA, whose CPU flash kernel multiplies
       on AMX with a fused softmax, each group's query heads folded into the rows of one head (width
       8: 1.5 ms against 2.0 with SDPA's own grouped heads and 2.5 for float32 bmm; width 32: 2.5,
       2.8 and 4.4); over a float32 cache, two bmm (as fast as float32 SDPA there)."""
@@ -104,10 +110,12 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
         p = torch.softmax((q.unsqueeze(2) * keys.float().unsqueeze(1)).sum(-1) * d ** -0.5 + bias.float(), dim=-1)
         return (p.unsqueeze(-1) * values.float().unsqueeze(1)).sum(-2).reshape(1, H * d).to(out_dtype)
     q = q.to(k_cache.dtype)
-    if T == 1:
-        return F.scaled_dot_product_attention(q.reshape(Hkv, g, d), keys, values, attn_mask=bias).reshape(1, H * d).to(out_dtype)
     rows = q.reshape(Hkv, g * T, d)  # a group's query heads as rows of one matrix: K/V read once per group
-    if k_cache.dtype != torch.float32:
+    if narrow and T <= narrow_attention.MAX_WIDTH and k_cache.dtype == torch.bfloat16:
+        o = narrow_attention.narrow_attention(rows, k_cache, v_cache, bias)
+    elif T == 1:
+        return F.scaled_dot_product_attention(rows, keys, values, attn_mask=bias).reshape(1, H * d).to(out_dtype)
+    elif k_cache.dtype != torch.float32:
         o = F.scaled_dot_product_attention(rows.unsqueeze(0), keys.unsqueeze(0), values.unsqueeze(0),
                                            attn_mask=bias.repeat(g, 1))
     else:
@@ -219,6 +227,8 @@ class DecoderStack(nn.Module):
         self.register_buffer("cos", t._cos, persistent=False)
         self.register_buffer("sin", t._sin, persistent=False)
         self.eps, self.H, self.Hkv, self.d = t.eps, t.n_heads, t.n_kv_heads, t.head_dim
+        # our kernel for forwards of a few positions (a plain bool here: graphs specialise on it)
+        self.narrow = t.kv_dtype == torch.bfloat16 and narrow_attention.available(t.device, t.head_dim)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, bias: torch.Tensor,
                 k_caches: list[torch.Tensor], v_caches: list[torch.Tensor], a: int, b: int, head: bool,
@@ -234,7 +244,7 @@ class DecoderStack(nn.Module):
                 q, k, v = qkv.split([H * d, Hkv * d, Hkv * d], dim=-1)
                 q = rotary(q.view(T, H, d).transpose(0, 1), cos, sin)
                 k = rotary(k.view(T, Hkv, d).transpose(0, 1), cos, sin)
-                o = attend(q, k, v.view(T, Hkv, d).transpose(0, 1), k_caches[j], v_caches[j], slots, bias)
+                o = attend(q, k, v.view(T, Hkv, d).transpose(0, 1), k_caches[j], v_caches[j], slots, bias, self.narrow)
                 h = h + F.linear(o, self.wo[i])
             if i not in skip_mlp:
                 gate, up = F.linear(rms_norm(h, self.ln2[i], self.eps), self.w_gate_up[i]).chunk(2, dim=-1)
@@ -492,6 +502,11 @@ class TargetModel:
         return cls(hf, None, name=f"tiny-{family}", source=f"tiny:{family}:{seed}")
 
     # ---- the forward -----------------------------------------------------------------------
+    def kernel_flags(self) -> dict[str, bool]:
+        """The engine's own kernel choices in force, for result headers and profile rows."""
+        return {"amx_prefetch": self.backend.amx_prefetch, "cpp_wrapper": self.backend.cpp_wrapper,
+                "narrow_attention": self.backend.stack.narrow}
+
     @property
     def kv_dtype(self) -> torch.dtype:
         """The cache's dtype: the weights'. On CPU a bfloat16 cache halves the bytes attention reads

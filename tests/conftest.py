@@ -2,8 +2,9 @@
 
 The suite depends on nothing outside the repository: questions come from the built-in sample
 (``tasks/sample_questions.jsonl``) whatever the environment says, and everything a test writes
-goes to a temporary cache directory. Only the converted default model is shared with the user's
-cache (converting it takes ~30 s; it is read-only once written).
+goes to a temporary cache directory. Only the converted default model and the engine's built C++
+kernel are shared with the user's cache (converting or building takes ~30 s; both are read-only
+once written).
 """
 
 from __future__ import annotations
@@ -41,11 +42,12 @@ os.environ["SPECHARNESS_ENGINE"] = "float32/none"
 
 @pytest.fixture(scope="session", autouse=True)
 def temporary_cache(tmp_path_factory):
-    """$SPECHARNESS_CACHE -> a fresh directory; its ``models/`` is the user's converted models."""
+    """$SPECHARNESS_CACHE -> a fresh directory; its ``models/`` is the user's converted models and
+    its ``kernels/`` the user's built C++ kernels (keyed by their source: read-only once built)."""
     root = tmp_path_factory.mktemp("specharness-cache")
-    models = _USER_CACHE / "models"
-    models.mkdir(parents=True, exist_ok=True)
-    (root / "models").symlink_to(models, target_is_directory=True)
+    for shared in ("models", "kernels"):
+        (_USER_CACHE / shared).mkdir(parents=True, exist_ok=True)
+        (root / shared).symlink_to(_USER_CACHE / shared, target_is_directory=True)
     old = os.environ.get("SPECHARNESS_CACHE")
     os.environ["SPECHARNESS_CACHE"] = str(root)
     yield root

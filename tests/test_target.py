@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specharness import narrow_attention
 from specharness.target import TargetModel, attend, attention_mask
 from specharness.tree import Tree
 
@@ -19,13 +20,21 @@ def test_lean_forward_matches_transformers(family):
     torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
 
 
+def _narrow_or_skip(head_dim: int = 64) -> None:
+    if not narrow_attention.available(torch.device("cpu"), head_dim):
+        pytest.skip(f"the narrow attention kernel is unavailable here: {narrow_attention._state.get('why')}")
+
+
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-def test_attention_over_a_bfloat16_cache_matches_the_float32_kernels(compiled):
-    """A bfloat16 cache takes other kernels (SDPA's flash kernel from two positions; the fused loop
-    at one, when compiled) than a float32 one (two bmm). On the same bfloat16-rounded inputs, under a
-    tree mask and grouped-query heads, both give one answer: a mixed-up head group, a dropped mask or
-    a misplaced slot would not."""
-    H, Hkv, d, n0 = 6, 2, 16, 9
+@pytest.mark.parametrize("narrow", [False, True], ids=["sdpa", "narrow"])
+def test_attention_over_a_bfloat16_cache_matches_the_float32_kernels(compiled, narrow):
+    """A bfloat16 cache takes other kernels (SDPA's flash kernel, or our narrow kernel up to 8
+    positions; the fused loop at one, when compiled) than a float32 one (two bmm). On the same
+    bfloat16-rounded inputs, under a tree mask and grouped-query heads, both give one answer: a
+    mixed-up head group, a dropped mask or a misplaced slot would not."""
+    if narrow:
+        _narrow_or_skip()
+    H, Hkv, d, n0 = 6, 2, 64 if narrow else 16, 9
     g = torch.Generator().manual_seed(4)
     rnd = lambda *shape: torch.randn(*shape, generator=g).bfloat16()  # noqa: E731
     fn = torch.compile(attend, fullgraph=True) if compiled else attend
@@ -38,10 +47,39 @@ def test_attention_over_a_bfloat16_cache_matches_the_float32_kernels(compiled):
         for dtype in (torch.bfloat16, torch.float32):
             kc, vc = torch.zeros(Hkv, 32, d, dtype=dtype), torch.zeros(Hkv, 32, d, dtype=dtype)
             kc[:, :n0], vc[:, :n0] = past_k, past_v
-            out[dtype] = fn(q.to(dtype), k.to(dtype), v.to(dtype), kc, vc, slots, mask).float()
+            out[dtype] = fn(q.to(dtype), k.to(dtype), v.to(dtype), kc, vc, slots, mask, narrow).float()
             assert torch.equal(kc[:, n0:n0 + T].float(), k.float()) and not kc[:, n0 + T:].any()
         assert out[torch.bfloat16].shape == (T, H * d)
         torch.testing.assert_close(out[torch.bfloat16], out[torch.float32], rtol=0, atol=3e-2)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_narrow_attention_kernel_matches_float64_attention(head_dim):
+    """The C++ kernel against attention in float64 on the same bfloat16 inputs, over shapes that hit
+    its edges: slots not a multiple of 16 (and past its 96-slot blocks), rows not a multiple of its
+    4-row blocks, one to eight positions with their own mask rows (one row seeing only the last slot), one to four query heads per key
+    head, caches longer than the slots read, and 1 or 2 threads (units split a head's rows)."""
+    _narrow_or_skip(head_dim)
+    g = torch.Generator().manual_seed(11)
+    threads = torch.get_num_threads()
+    try:
+        for Hkv, grp, T, n, thr in ((3, 3, 8, 288, 2), (2, 1, 1, 5, 1), (1, 4, 3, 17, 2), (3, 3, 5, 101, 2),
+                                    (2, 2, 7, 250, 1), (3, 1, 2, 16, 2)):
+            torch.set_num_threads(thr)
+            q = torch.randn(Hkv, grp * T, head_dim, generator=g).bfloat16()
+            kc, vc = (torch.randn(Hkv, n + 13, head_dim, generator=g).bfloat16() for _ in range(2))
+            allowed = torch.rand(T, n, generator=g) < 0.7
+            allowed[:, 0] = True  # every row sees something
+            allowed[-1] = False
+            allowed[-1, -1] = True  # a padding row sees only its own slot: earlier chunks of slots add nothing
+            bias = torch.zeros(T, n).masked_fill(~allowed, float("-inf"))
+            got = narrow_attention.narrow_attention(q, kc, vc, bias)
+            scores = q.double() @ kc[:, :n].double().transpose(1, 2) * head_dim ** -0.5
+            want = torch.softmax(scores + bias.double().repeat(grp, 1), dim=-1) @ vc[:, :n].double()
+            assert got.dtype == torch.float32 and got.shape == q.shape
+            torch.testing.assert_close(got.double(), want, rtol=0, atol=1e-5, msg=f"{(Hkv, grp, T, n, thr)}")
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_incremental_blocks_match_one_pass():
