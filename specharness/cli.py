@@ -161,8 +161,7 @@ def _load_target(args, threads: int):
     mode, why = kernels.apply(target, config.compile)
     if why:
         print(f"note: cannot compile here ({why}); running eagerly", file=sys.stderr)
-    target.engine = {"dtype": config.dtype, "compile": mode, "chosen": config.source,
-                     "amx_prefetch": target.backend.amx_prefetch, "cpp_wrapper": target.backend.cpp_wrapper,
+    target.engine = {"dtype": config.dtype, "compile": mode, "chosen": config.source, **target.kernel_flags(),
                      **({"compile_failed": why} if why else {})}
     return target
 

@@ -278,9 +278,7 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
             log(f"profile: {dtype}/{mode} left out: {why}")
             continue
         target.expect_widths(max(widths))  # verification widths: static graphs, as in a run
-        row = {"dtype": dtype, "compile": got, "amx_prefetch": target.backend.amx_prefetch,
-               "cpp_wrapper": target.backend.cpp_wrapper, "by_width": {},
-               "prefill_ms": {}}
+        row = {"dtype": dtype, "compile": got, **target.kernel_flags(), "by_width": {}, "prefill_ms": {}}
         for ctx in contexts:
             row["by_width"][str(ctx)] = {str(w): kernels.step_ms(target, context=ctx, width=w) for w in widths}
             log(f"profile: {dtype}/{mode} ctx {ctx}: " + " ".join(
