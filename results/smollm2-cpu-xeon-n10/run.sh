@@ -7,7 +7,8 @@
 # machine), 10 questions per Spec-Bench subtask, 128 new tokens, 2 warm-ups per method, 2 timed
 # repeats, methods interleaved question by question, 2 threads. Run it with nothing else on the
 # machine (about 70 minutes); rerunning resumes the same files (--resume). OUT and PROFILE rerun it
-# elsewhere against another profile (results/smollm2-cpu-xeon-n10-v4/run.sh).
+# elsewhere against another profile, e.g. OUT=results/smollm2-cpu-xeon-n10-v5
+# PROFILE=results/smollm2-cpu-xeon-profile-v5/profile.json bash results/smollm2-cpu-xeon-n10/run.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/smollm2-cpu-xeon-n10}"
