@@ -85,10 +85,18 @@ class Profile:
 
     def _measured(self, kind: str, method: str, options: dict | None) -> dict | None:
         """The profile's entry for ``method``: the variant measured on exactly ``options`` (a tree
-        drafts at another cost than a chain), else the one measured on the method's defaults."""
+        drafts at another cost than a chain), else the one measured on the method's defaults.
+        Options that only locate weights (the entry's ``weights_options``: trained or random heads
+        of one shape) are left out of the match."""
         entries = self.data.get(kind) or {}
-        same = [e for label, e in entries.items() if e.get("method", label) == method and e.get("options") == options]
-        return same[0] if same and options is not None else entries.get(method)
+
+        def same(label: str, e: dict) -> bool:
+            free = set(e.get("weights_options") or ())
+            strip = lambda o: {k: v for k, v in (o or {}).items() if k not in free}  # noqa: E731
+            return e.get("method", label) == method and strip(e.get("options")) == strip(options)
+
+        matches = [e for label, e in entries.items() if same(label, e)]
+        return matches[0] if matches and options is not None else entries.get(method)
 
     def engine_costs(self, dtype: str, compile_mode: str, method: str, options: dict | None = None) -> RoundCosts | None:
         """The engine's costs for a drafter the profile measured, in a configuration it measured."""

@@ -21,6 +21,9 @@ class OptionSpec:
     min: float | None = None
     max: float | None = None
     choices: tuple | None = None
+    # it only says where trained weights come from: weights of the same shape cost the same, so a
+    # profile timed on other (e.g. random) weights explains a run on these (specharness.costmodel)
+    locates_weights: bool = False
 
     def describe_range(self) -> str:
         if self.choices:

@@ -182,6 +182,11 @@ def _built(registry, kind, target, variants: dict | None, log):
             log(f"profile: {label} left out ({exc})")
 
 
+def _weights_options(registry, method) -> list[str]:
+    """The method's options that only locate weights (the cost model matches a file without them)."""
+    return sorted(o.name for o in registry.method(method.name).options if o.locates_weights)
+
+
 def decoder_costs(target, registry, prompts: list[list[int]], hf: dict, tokens: int = 48, log=print,
                   variants: dict[str, tuple[str, list[str]]] | None = None) -> dict:
     """Per transformers decoder (``generate`` and its speculative peers): what its generations cost
@@ -208,7 +213,7 @@ def decoder_costs(target, registry, prompts: list[list[int]], hf: dict, tokens: 
         out[name] = {"method": method.name, "per_round_ms": float(per_round), "draft_per_token_ms": float(per_token),
                      "unexplained_ms": statistics.mean(res for _, _, res in rows),
                      "mean_drafted": sum(d for _, d, _ in rows) / max(sum(n for n, _, _ in rows), 1),
-                     "options": method.options}
+                     "options": method.options, "weights_options": _weights_options(registry, method)}
         log(f"profile: {name}: {per_round:.2f} ms per round + {per_token:.2f} ms per drafted token beyond "
             f"transformers' forwards and generate's step")
     return out
@@ -229,7 +234,8 @@ def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=pri
         fixed, per = fit_line(ks, [r.draft_s for r in rounds])
         out[name] = {"method": method.name, "draft_fixed_ms": 1e3 * fixed, "draft_per_token_ms": 1e3 * per,
                      "bookkeeping_ms": 1e3 * statistics.mean(r.accept_s for r in rounds),
-                     "mean_drafted": statistics.mean(ks), "rounds": len(rounds), "options": method.options}
+                     "mean_drafted": statistics.mean(ks), "rounds": len(rounds), "options": method.options,
+                     "weights_options": _weights_options(registry, method)}
         log(f"profile: {name}: draft {1e3 * fixed:.2f} ms + {1e3 * per:.2f} ms/token, bookkeeping "
             f"{out[name]['bookkeeping_ms']:.2f} ms/round")
     return out

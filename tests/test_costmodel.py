@@ -111,3 +111,17 @@ def test_a_file_is_explained_by_the_variant_profiled_on_its_own_options():
     assert (chain.draft_fixed_ms, chain.draft_per_token_ms, chain.per_round_ms) == (2.0, 1.0, 1.0)
     assert other.draft_fixed_ms == 2.0  # unprofiled options: the default entry
     assert p.costs({**meta, "method": "unprofiled", "options": {"tree": "sized"}})[0] is None
+
+
+def test_options_that_only_locate_weights_are_left_out_of_the_match():
+    """A profile may time a drafter on random weights of the trained ones' shape (Medusa's
+    heads_path=random): the entry names that option in ``weights_options`` and explains a file run on
+    trained heads. An entry that names none still needs the file's exact options."""
+    sized = {"method": "chain", "options": {"tree": "sized", "heads_path": "random"}, "draft_fixed_ms": 9.0,
+             "draft_per_token_ms": 0.5, "bookkeeping_ms": 3.0}
+    meta = {"dtype": "bfloat16", "compile": "none", "method": "chain", "options": {"tree": "sized", "heads_path": ""}}
+    for free, want in ((["heads_path"], 9.0), ([], 2.0)):
+        p = Profile({**PROFILE, "drafters": {**PROFILE["drafters"], "chain:tree=sized": {**sized, "weights_options": free}}})
+        assert p.costs(meta)[0].draft_fixed_ms == want, free
+    from specharness.methods.medusa.drafter import OPTIONS
+    assert [o.name for o in OPTIONS if o.locates_weights] == ["heads_path"]

@@ -52,7 +52,8 @@ OPTIONS = [
                "token = 8 positions)", min=1, max=63),
     OptionSpec("heads_path", "str", "",
                "official Medusa-1 checkpoint (dir with medusa_lm_head.pt + config.json), 'random' for "
-               "untrained seeded heads, or empty for the heads 'train medusa' cached for this model"),
+               "untrained seeded heads, or empty for the heads 'train medusa' cached for this model",
+               locates_weights=True),
 ]
 
 
