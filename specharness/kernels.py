@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import UsageError
+from .errors import UsageError, exception_line
 from .paths import cache_root, model_slug, write_text_atomic
 
 CANDIDATES = (("float32", "none"), ("bfloat16", "none"), ("float32", "default"), ("bfloat16", "default"),
@@ -125,7 +125,7 @@ def apply(target, mode: str) -> tuple[str, str | None]:
         raise
     except Exception as exc:  # no compiler, unsupported op...: eager still works
         target.compile("none")
-        return "none", f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
+        return "none", exception_line(exc)
 
 
 def measure(load, model: str, device: str, threads: int, candidates=None, log=print) -> dict:

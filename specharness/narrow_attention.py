@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from .errors import exception_line
 from .paths import cache_root
 
 ENV = "SPECHARNESS_NARROW_ATTENTION"
@@ -59,8 +60,7 @@ def _build() -> str | None:
         cpp_extension.load(name, [str(SOURCE)], extra_cflags=FLAGS,
                            extra_ldflags=["-fopenmp"], build_directory=str(build_dir), is_python_module=False)
     except Exception as exc:  # no compiler, no ninja, a compile error: SDPA still works
-        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
-        return f"its build failed ({type(exc).__name__}: {first})"
+        return f"its build failed ({exception_line(exc)})"
     torch.library.register_fake("specharness::narrow_attention")(_fake)
     return None
 
@@ -83,6 +83,12 @@ def available(device: torch.device, head_dim: int) -> bool:
 
 def narrow_attention(rows: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """Each key/value head's query rows ([Hkv, g*T, d], bfloat16) over the first ``bias.shape[1]``
-    cache slots under ``bias`` ([T, n]: row r takes bias row r % T); [Hkv, g*T, d] float32."""
-    return torch.ops.specharness.narrow_attention(rows.contiguous(), k_cache, v_cache, bias.float().contiguous(),
-                                                  rows.shape[-1] ** -0.5)
+    cache slots under ``bias`` ([T, n]: row r takes bias row r % T; 0 and -inf are exact in
+    bfloat16, the engine's bias dtype, so a layer converts nothing); [Hkv, g*T, d] float32."""
+    return torch.ops.specharness.narrow_attention(rows.contiguous(), k_cache, v_cache,
+                                                  bias.to(torch.bfloat16).contiguous(), rows.shape[-1] ** -0.5)
+
+
+def reason() -> str | None:
+    """Why the kernel is unavailable in this process, once ``available`` has tried it."""
+    return _state.get("why")  # type: ignore[return-value]

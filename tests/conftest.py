@@ -102,3 +102,11 @@ def specbench_file():
     if not path or not Path(path).is_file():
         pytest.skip(f"set ${SPEC_BENCH_ENV} to Spec-Bench's question.jsonl to run this test")
     return Path(path)
+
+
+@pytest.fixture
+def narrow_kernel():
+    """Skips a test where the engine's C++ attention kernel cannot run (no AVX512-BF16, no compiler)."""
+    from specharness import narrow_attention
+    if not narrow_attention.available(torch.device("cpu"), 64):
+        pytest.skip(f"the narrow attention kernel is unavailable here: {narrow_attention.reason()}")

@@ -276,7 +276,7 @@ def test_the_prefetch_edit_fits_this_torchs_amx_template_and_picks_its_rule_by_k
     assert "(k + 8 * 32)" in wide and "_MM_HINT_T1" in wide
 
 
-def test_the_narrow_attention_kernel_serves_compiled_and_eager_bfloat16_tree_forwards():
+def test_the_narrow_attention_kernel_serves_compiled_and_eager_bfloat16_tree_forwards(narrow_kernel):
     """Over a bfloat16 cache, forwards of 2-8 positions attend through our C++ kernel
     (specharness.narrow_attention), inside compiled graphs as one extern op. A tree forward (padded
     to the bucket 8 when compiled) gives, compiled and eager, the logits of the same forward through
@@ -284,8 +284,6 @@ def test_the_narrow_attention_kernel_serves_compiled_and_eager_bfloat16_tree_for
     these logits (~12), where compiled and eager bfloat16 forwards differ by 7 from fusing alone.
     The profiler shows the op called exactly where the kernel is on."""
     from specharness import narrow_attention
-    if not narrow_attention.available(torch.device("cpu"), 64):
-        pytest.skip(f"the narrow attention kernel is unavailable here: {narrow_attention._state.get('why')}")
     shape = dict(vocab_size=64, n_layers=2, hidden_size=128, n_heads=2, n_kv_heads=1, seed=3, dtype="bfloat16")
     tree, prefix, x = Tree((-1, 0, 0, 1, 2)), torch.tensor([5, 6, 7, 8, 9, 10, 11]), torch.tensor([12, 13, 14, 15, 16])
     logits = {}

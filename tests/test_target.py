@@ -20,20 +20,15 @@ def test_lean_forward_matches_transformers(family):
     torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
 
 
-def _narrow_or_skip(head_dim: int = 64) -> None:
-    if not narrow_attention.available(torch.device("cpu"), head_dim):
-        pytest.skip(f"the narrow attention kernel is unavailable here: {narrow_attention._state.get('why')}")
-
-
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("narrow", [False, True], ids=["sdpa", "narrow"])
-def test_attention_over_a_bfloat16_cache_matches_the_float32_kernels(compiled, narrow):
+def test_attention_over_a_bfloat16_cache_matches_the_float32_kernels(compiled, narrow, request):
     """A bfloat16 cache takes other kernels (SDPA's flash kernel, or our narrow kernel up to 8
     positions; the fused loop at one, when compiled) than a float32 one (two bmm). On the same
     bfloat16-rounded inputs, under a tree mask and grouped-query heads, both give one answer: a
     mixed-up head group, a dropped mask or a misplaced slot would not."""
     if narrow:
-        _narrow_or_skip()
+        request.getfixturevalue("narrow_kernel")
     H, Hkv, d, n0 = 6, 2, 64 if narrow else 16, 9
     g = torch.Generator().manual_seed(4)
     rnd = lambda *shape: torch.randn(*shape, generator=g).bfloat16()  # noqa: E731
@@ -54,12 +49,11 @@ def test_attention_over_a_bfloat16_cache_matches_the_float32_kernels(compiled, n
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_narrow_attention_kernel_matches_float64_attention(head_dim):
+def test_narrow_attention_kernel_matches_float64_attention(head_dim, narrow_kernel):
     """The C++ kernel against attention in float64 on the same bfloat16 inputs, over shapes that hit
     its edges: slots not a multiple of 16 (and past its 96-slot blocks), rows not a multiple of its
     4-row blocks, one to eight positions with their own mask rows (one row seeing only the last slot), one to four query heads per key
     head, caches longer than the slots read, and 1 or 2 threads (units split a head's rows)."""
-    _narrow_or_skip(head_dim)
     g = torch.Generator().manual_seed(11)
     threads = torch.get_num_threads()
     try:
@@ -172,3 +166,22 @@ def test_local_hf_directory_runs_through_the_cli(family, smol, tmp_path, capsys)
                  "--max-new-tokens", "5", "--warmup", "0", "--out", str(out)]) == 0
     meta, recs = read_results(out)
     assert meta["model"] == family and recs[0].new_tokens == [5]
+
+
+def test_a_kernel_that_cannot_build_leaves_sdpa_with_a_one_line_note(monkeypatch, capsys):
+    """No compiler, no ninja, a compile error: the engine says so in one line and attends through SDPA."""
+    from torch.utils import cpp_extension
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("Error building extension 'specharness_narrow_attention'\n[1/2] c++ ... (the whole log)")
+
+    monkeypatch.setattr(narrow_attention, "_state", {})
+    monkeypatch.setattr(narrow_attention.torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    monkeypatch.setattr(cpp_extension, "load", fail)
+    target = TargetModel.tiny("llama", vocab_size=32, n_layers=1, hidden_size=128, n_heads=2, n_kv_heads=1, dtype="bfloat16")
+    assert not target.backend.stack.narrow and not target.kernel_flags()["narrow_attention"]
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "narrow attention" in ln and "unavailable" in ln]
+    assert lines == ["engine: narrow attention kernel unavailable: its build failed (RuntimeError: Error building "
+                     "extension 'specharness_narrow_attention'); SDPA serves every width"]
+    assert narrow_attention.reason().startswith("its build failed")
+    assert target.logits([1, 2, 3]).shape == (3, 32)  # and the forward runs

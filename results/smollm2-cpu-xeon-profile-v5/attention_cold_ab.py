@@ -17,10 +17,10 @@ for T, n in [(8, 288), (8, 1024), (4, 288), (16, 288), (1, 288)]:
     vc = [torch.randn(Hkv, 1100, d, dtype=torch.bfloat16) for _ in range(L)]
     x = torch.randn(T, 576, dtype=torch.bfloat16)
     q = torch.randn(Hkv, g*T, d, dtype=torch.bfloat16)
-    bias = torch.zeros(T, n, dtype=torch.bfloat16); b24 = bias.repeat(g, 1); bf = bias.float()
+    bias = torch.zeros(T, n, dtype=torch.bfloat16); b24 = bias.repeat(g, 1)
     fs = {"none": lambda i: None,
           "sdpa": lambda i: F.scaled_dot_product_attention(q.unsqueeze(0), kc[i][:, :n].unsqueeze(0), vc[i][:, :n].unsqueeze(0), attn_mask=b24),
-          "narrow": lambda i: torch.ops.specharness.narrow_attention(q, kc[i], vc[i], bf, d ** -0.5)}
+          "narrow": lambda i: torch.ops.specharness.narrow_attention(q, kc[i], vc[i], bias, d ** -0.5)}
     res = {}
     with torch.inference_mode():
         for rep in range(10):

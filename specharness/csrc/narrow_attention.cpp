@@ -11,8 +11,8 @@
 //
 // Layout: q [Hkv, R, d] bfloat16, contiguous, the R = g*T query rows of each key/value head (g
 // query heads of T positions, head-major); caches [Hkv, L, d] bfloat16, contiguous; bias [T, n]
-// float32, the additive mask (0 or -inf) of position t = row % T over the first n slots. Returns
-// [Hkv, R, d] float32.
+// bfloat16 (the engine's, made once per forward), the additive mask (0 or -inf) of position
+// t = row % T over the first n slots. Returns [Hkv, R, d] float32.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -24,9 +24,15 @@
 
 namespace {
 
-inline __m512 load_bf16(const at::BFloat16* p) {
-  __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+inline __m512 widen_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+
+inline __m512 load_bf16(const at::BFloat16* p) { return widen_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+
+inline __m512 load_bf16(__mmask16 live, const at::BFloat16* p) { return widen_bf16(_mm256_maskz_loadu_epi16(live, p)); }
+
+// the lanes of the 16 slots from j that lie before m
+inline __mmask16 tail_mask(int64_t j, int64_t m) {
+  return j + 16 <= m ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (m - j)) - 1);
 }
 
 // exp(x) for x <= 0 (scores minus their row's max), relative error ~1e-7; masked lanes (-inf) give exactly 0
@@ -53,7 +59,7 @@ inline __m512 exp_nonpositive(__m512 x) {
 // normalised), then the row's max score and sum of exponentials over these slots (merged below).
 template <int DV>
 void attend_chunk(const at::BFloat16* q, const at::BFloat16* k_cache, const at::BFloat16* v_cache,
-                  const float* bias, float* part, int64_t R, int64_t L, int64_t n, int64_t T, int64_t h,
+                  const at::BFloat16* bias, float* part, int64_t R, int64_t L, int64_t n, int64_t T, int64_t h,
                   int64_t c0, int64_t c1, float scale, std::vector<float>& buf) {
   constexpr int d = DV * 16;
   constexpr int QR = 4, QV = 6;      // scores: 4 rows x 6 vectors of 16 slots per block (24 accumulators)
@@ -72,7 +78,7 @@ void attend_chunk(const at::BFloat16* q, const at::BFloat16* k_cache, const at::
   const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                          _mm512_set1_epi32(d / 2));
   for (int64_t j0 = 0; j0 < mpad; j0 += 16) {
-    const __mmask16 live = j0 + 16 <= m ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (m - j0)) - 1);
+    const __mmask16 live = tail_mask(j0, m);
     const int* base = reinterpret_cast<const int*>(k + j0 * d);
     for (int p = 0; p < d / 2; ++p)
       _mm512_storeu_si512(kt + p * mpad + j0, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, base + p, 4));
@@ -101,11 +107,11 @@ void attend_chunk(const at::BFloat16* q, const at::BFloat16* k_cache, const at::
 
   for (int64_t r = 0; r < R; ++r) {  // softmax statistics over this chunk's slots, bias added
     float* sr = s + r * mpad;
-    const float* br = bias + (r % T) * n + c0;
+    const at::BFloat16* br = bias + (r % T) * n + c0;
     __m512 mx = _mm512_set1_ps(-INFINITY);
     for (int64_t j = 0; j < mpad; j += 16) {
-      const __mmask16 live = j + 16 <= m ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (m - j)) - 1);
-      __m512 x = _mm512_add_ps(_mm512_maskz_loadu_ps(live, sr + j), _mm512_maskz_loadu_ps(live, br + j));
+      const __mmask16 live = tail_mask(j, m);
+      __m512 x = _mm512_add_ps(_mm512_maskz_loadu_ps(live, sr + j), load_bf16(live, br + j));
       x = _mm512_mask_blend_ps(live, _mm512_set1_ps(-INFINITY), x);
       _mm512_storeu_ps(sr + j, x);
       mx = _mm512_max_ps(mx, x);
@@ -149,8 +155,8 @@ at::Tensor narrow_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 3 && v_cache.dim() == 3 && bias.dim() == 2,
               "narrow_attention: q, caches [heads, rows|slots, d] and bias [T, n] expected");
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 && k_cache.scalar_type() == at::kBFloat16 &&
-              v_cache.scalar_type() == at::kBFloat16 && bias.scalar_type() == at::kFloat,
-              "narrow_attention: bfloat16 q and caches, float32 bias expected");
+              v_cache.scalar_type() == at::kBFloat16 && bias.scalar_type() == at::kBFloat16,
+              "narrow_attention: bfloat16 q, caches and bias expected");
   TORCH_CHECK(q.is_contiguous() && k_cache.is_contiguous() && v_cache.is_contiguous() && bias.is_contiguous(),
               "narrow_attention: contiguous tensors expected");
   const int64_t Hkv = q.size(0), R = q.size(1), d = q.size(2), L = k_cache.size(1);
@@ -170,7 +176,7 @@ at::Tensor narrow_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   const auto* qp = q.const_data_ptr<at::BFloat16>();
   const auto* kp = k_cache.const_data_ptr<at::BFloat16>();
   const auto* vp = v_cache.const_data_ptr<at::BFloat16>();
-  const float* bp = bias.const_data_ptr<float>();
+  const auto* bp = bias.const_data_ptr<at::BFloat16>();
   float* pp = part.data_ptr<float>();
   at::parallel_for(0, Hkv * chunks, 1, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> buf;
