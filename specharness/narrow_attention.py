@@ -1,22 +1,28 @@
-"""Attention of a few positions (2-8) over a bfloat16 K/V cache: a C++ AVX-512 kernel of our own.
+"""Attention of a few to 64 positions over a bfloat16 K/V cache: a C++ kernel of our own.
 
 Why: past one position, ``attend`` took SDPA's CPU flash kernel, and that was most of what a
 forward over 8 positions cost beyond a one-position step (width 8 / width 1 was 1.18 in
 ``results/smollm2-cpu-xeon-profile-v4``). For 24 query rows over a few hundred slots its
 oneDNN calls per block cost ~50 us a layer, more with the cache cold behind the layer's weights.
 The kernel (``csrc/narrow_attention.cpp``) splits each key/value head's slots between the threads,
-gathers a chunk's keys once into the pair layout of AVX512-BF16's dot-product instruction for the
-scores, takes the softmax and the weighted sum in float32, and merges the chunks per row. Full model,
-interleaved (``results/smollm2-cpu-xeon-profile-v5/narrow_attention_ab.txt``): width 8 17.98 -> 17.50
-ms at context 256 and 22.76 -> 21.80 at 1024; width 1 (the fused loop) and widths past 8 (SDPA)
-unchanged.
+gathers a chunk's keys once into the bfloat16 pair layout, takes the scores, the softmax (float32)
+and the weighted sum, and merges the chunks per row. It has two paths:
+
+- **AMX** (Sapphire Rapids and later), for more than 8 query rows per key/value head: both
+  products on AMX tiles, the probabilities rounded to bfloat16 as SDPA rounds them. Attention
+  alone, 30 layers, cold behind their weights (``results/smollm2-cpu-xeon-profile-v6/attention_amx_ab.txt``):
+  width 32 over 288 slots 3.8-4.0 ms with SDPA, 2.2-2.5 here; it serves up to ``AMX_WIDTH``.
+- **AVX512-BF16** dot products for the scores and float32 FMAs for the weighted sum, for a few rows
+  (and every width up to ``FMA_WIDTH`` where there is no AMX): width 8 of the full model 17.98 ->
+  17.50 ms at context 256 (``results/smollm2-cpu-xeon-profile-v5/narrow_attention_ab.txt``); its
+  FMAs lose to SDPA's AMX GEMMs past 16 positions.
 
 It is built on first use with torch's C++ extension loader (a C++ compiler and ninja: the same
 compiler inductor needs) into ``cache_root()/kernels``, keyed by the source and torch version, and
 registered as ``torch.ops.specharness.narrow_attention`` with a fake kernel, so compiled graphs
 call it as one extern op. Where it cannot be used (no AVX512-BF16, another head size, no compiler,
 a failed build: one line on stderr says which), ``available`` is False and ``attend`` keeps SDPA.
-``SPECHARNESS_NARROW_ATTENTION=0`` switches it off.
+``SPECHARNESS_NARROW_ATTENTION=0`` switches it off; ``=avx512`` keeps it off AMX.
 """
 
 from __future__ import annotations
@@ -32,10 +38,12 @@ from .errors import exception_line
 from .paths import cache_root
 
 ENV = "SPECHARNESS_NARROW_ATTENTION"
-MAX_WIDTH = 8  # the widest forward it takes: at 16 it only ties SDPA, whose AMX GEMMs win wider
+AMX_WIDTH = 64  # the widest forward the AMX path takes (the profile's widest; a prefill keeps SDPA's blocked kernel)
+FMA_WIDTH = 8  # ... and the AVX512-BF16 path: at 16 it only ties SDPA, whose AMX GEMMs win wider
+AMX_ROWS = 9  # query rows per key/value head from which AMX serves: more than half of a 16-row tile
 HEAD_DIMS = (64, 128)
 SOURCE = Path(__file__).with_name("csrc") / "narrow_attention.cpp"
-FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512bf16", "-mfma", "-fopenmp"]
+FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512bf16", "-mamx-tile", "-mamx-bf16", "-mfma", "-fopenmp"]
 
 _state: dict[str, object] = {}  # "loaded": bool, once tried; "why": the reason it is not
 
@@ -65,7 +73,8 @@ def _build() -> str | None:
     return None
 
 
-def _fake(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bias: torch.Tensor, scale: float) -> torch.Tensor:
+def _fake(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bias: torch.Tensor, scale: float,
+          amx: bool) -> torch.Tensor:
     return q.new_empty(q.shape, dtype=torch.float32)
 
 
@@ -81,12 +90,26 @@ def available(device: torch.device, head_dim: int) -> bool:
     return bool(_state["loaded"])
 
 
-def narrow_attention(rows: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+def kind() -> str:
+    """The path a target made now takes: "amx" where the CPU has AMX (unless ``ENV`` says
+    ``avx512``), else "avx512-bf16"."""
+    return "amx" if os.environ.get(ENV, "1") != "avx512" and torch.cpu._is_amx_tile_supported() else "avx512-bf16"
+
+
+def max_width(kind: str) -> int:
+    """The widest forward the kernel's ``kind`` path takes."""
+    return AMX_WIDTH if kind == "amx" else FMA_WIDTH
+
+
+def narrow_attention(rows: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bias: torch.Tensor,
+                     kind: str = "avx512-bf16") -> torch.Tensor:
     """Each key/value head's query rows ([Hkv, g*T, d], bfloat16) over the first ``bias.shape[1]``
     cache slots under ``bias`` ([T, n]: row r takes bias row r % T; 0 and -inf are exact in
-    bfloat16, the engine's bias dtype, so a layer converts nothing); [Hkv, g*T, d] float32."""
+    bfloat16, the engine's bias dtype, so a layer converts nothing); [Hkv, g*T, d] float32.
+    The "amx" ``kind`` multiplies on AMX tiles from ``AMX_ROWS`` rows on."""
+    amx = kind == "amx" and rows.shape[1] >= AMX_ROWS
     return torch.ops.specharness.narrow_attention(rows.contiguous(), k_cache, v_cache,
-                                                  bias.to(torch.bfloat16).contiguous(), rows.shape[-1] ** -0.5)
+                                                  bias.to(torch.bfloat16).contiguous(), rows.shape[-1] ** -0.5, amx)
 
 
 def reason() -> str | None:

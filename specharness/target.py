@@ -74,7 +74,7 @@ def attention_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-           slots: torch.Tensor, mask: torch.Tensor, narrow: bool = False) -> torch.Tensor:
+           slots: torch.Tensor, mask: torch.Tensor, narrow: str = "") -> torch.Tensor:
     """Write k, v ([kv heads, T, d]) into cache slots, then attend q ([heads, T, d]) over the first
     ``mask.shape[1]`` slots under ``mask`` ([T, slots]: bool, True = may attend, or the additive
     bias of ``attention_bias`` in the cache's dtype). Grouped-query heads share their key/value head,
@@ -88,11 +88,14 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
       the cache in place (context 288: 0.74 ms from a bfloat16 cache, 0.88 from float32), and SDPA
       when eager (where the same formula would materialise [heads, slots, d]) and the kernel below
       is unavailable;
-    - otherwise, up to ``narrow_attention.MAX_WIDTH`` positions over a bfloat16 cache, where
-      ``narrow`` says it is available (AVX512-BF16, built on first use), our own C++ kernel
-      (``specharness.narrow_attention``; the one position of an eager forward too): width 8 of the
-      full model 17.98 -> 17.50 ms against SDPA at context 256, 22.76 -> 21.80 at 1024
-      (``results/smollm2-cpu-xeon-profile-v5/narrow_attention_ab.txt``);
+    - otherwise, up to ``narrow_attention.max_width(narrow)`` positions over a bfloat16 cache,
+      where ``narrow`` names the path of our own C++ kernel that serves here
+      (``specharness.narrow_attention``, built on first use; the one position of an eager forward
+      too): "amx" (64 positions; AMX tiles from 9 query rows per key/value head), or "avx512-bf16"
+      (8 positions, where the CPU has AVX512-BF16 but no AMX). Width 8 of the full model 17.98 ->
+      17.50 ms against SDPA at context 256 on the AVX512-BF16 path
+      (``results/smollm2-cpu-xeon-profile-v5/narrow_attention_ab.txt``); the AMX path's A/B is
+      ``results/smollm2-cpu-xeon-profile-v6/amx_attention_ab.txt``;
     - other forwards over a bfloat16 or float16 cache take SDPA, whose CPU flash kernel multiplies
       on AMX with a fused softmax, each group's query heads folded into the rows of one head (width
       8: 1.5 ms against 2.0 with SDPA's own grouped heads and 2.5 for float32 bmm; width 32: 2.5,
@@ -111,8 +114,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
         return (p.unsqueeze(-1) * values.float().unsqueeze(1)).sum(-2).reshape(1, H * d).to(out_dtype)
     q = q.to(k_cache.dtype)
     rows = q.reshape(Hkv, g * T, d)  # a group's query heads as rows of one matrix: K/V read once per group
-    if narrow and T <= narrow_attention.MAX_WIDTH and k_cache.dtype == torch.bfloat16:
-        o = narrow_attention.narrow_attention(rows, k_cache, v_cache, bias)
+    if narrow and T <= narrow_attention.max_width(narrow) and k_cache.dtype == torch.bfloat16:
+        o = narrow_attention.narrow_attention(rows, k_cache, v_cache, bias, narrow)
     elif T == 1:
         return F.scaled_dot_product_attention(rows, keys, values, attn_mask=bias).reshape(1, H * d).to(out_dtype)
     elif k_cache.dtype != torch.float32:
@@ -227,8 +230,8 @@ class DecoderStack(nn.Module):
         self.register_buffer("cos", t._cos, persistent=False)
         self.register_buffer("sin", t._sin, persistent=False)
         self.eps, self.H, self.Hkv, self.d = t.eps, t.n_heads, t.n_kv_heads, t.head_dim
-        # our kernel for forwards of a few positions (a plain bool here: graphs specialise on it)
-        self.narrow = t.kv_dtype == torch.bfloat16 and narrow_attention.available(t.device, t.head_dim)
+        # our attention kernel's path (a plain str here: graphs specialise on it) ("amx", "avx512-bf16"), "" where it does not serve
+        self.narrow = narrow_attention.kind() if t.kv_dtype == torch.bfloat16 and narrow_attention.available(t.device, t.head_dim) else ""
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, bias: torch.Tensor,
                 k_caches: list[torch.Tensor], v_caches: list[torch.Tensor], a: int, b: int, head: bool,
@@ -502,10 +505,11 @@ class TargetModel:
         return cls(hf, None, name=f"tiny-{family}", source=f"tiny:{family}:{seed}")
 
     # ---- the forward -----------------------------------------------------------------------
-    def kernel_flags(self) -> dict[str, bool]:
-        """The engine's own kernel choices in force, for result headers and profile rows."""
+    def kernel_flags(self) -> dict[str, bool | str]:
+        """The engine's own kernel choices in force, for result headers and profile rows
+        (``narrow_attention``: its path, "amx" or "avx512-bf16", or False)."""
         return {"amx_prefetch": self.backend.amx_prefetch, "cpp_wrapper": self.backend.cpp_wrapper,
-                "narrow_attention": self.backend.stack.narrow}
+                "narrow_attention": self.backend.stack.narrow or False}
 
     @property
     def kv_dtype(self) -> torch.dtype:

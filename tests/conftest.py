@@ -110,3 +110,16 @@ def narrow_kernel():
     from specharness import narrow_attention
     if not narrow_attention.available(torch.device("cpu"), 64):
         pytest.skip(f"the narrow attention kernel is unavailable here: {narrow_attention.reason()}")
+
+
+@pytest.fixture
+def kernel_path(request):
+    """kernel_path(kind): a test's narrow kernel path ("" = SDPA), skipping the test where that path
+    cannot run here."""
+    def pick(kind: str) -> str:
+        if kind:
+            request.getfixturevalue("narrow_kernel")
+        if kind == "amx" and not torch.cpu._is_amx_tile_supported():
+            pytest.skip("this CPU has no AMX: the kernel's AMX path cannot run")
+        return kind
+    return pick

@@ -277,30 +277,33 @@ def test_the_prefetch_edit_fits_this_torchs_amx_template_and_picks_its_rule_by_k
 
 
 def test_the_narrow_attention_kernel_serves_compiled_and_eager_bfloat16_tree_forwards(narrow_kernel):
-    """Over a bfloat16 cache, forwards of 2-8 positions attend through our C++ kernel
-    (specharness.narrow_attention), inside compiled graphs as one extern op. A tree forward (padded
-    to the bucket 8 when compiled) gives, compiled and eager, the logits of the same forward through
-    SDPA's kernel (ours switched off) to within bfloat16 rounding: two units in the last place of
-    these logits (~12), where compiled and eager bfloat16 forwards differ by 7 from fusing alone.
-    The profiler shows the op called exactly where the kernel is on."""
+    """Over a bfloat16 cache, tree forwards attend through our C++ kernel
+    (specharness.narrow_attention), inside compiled graphs as one extern op, on each of its paths:
+    AMX where the CPU has it (10 rows eager, 16 padded to the bucket 8 when compiled) and
+    AVX512-BF16 (``SPECHARNESS_NARROW_ATTENTION=avx512``). Compiled and eager, each gives the logits
+    of the same forward through SDPA's kernel (ours switched off) to within bfloat16 rounding: two
+    units in the last place of these logits (~12), where compiled and eager bfloat16 forwards
+    differ by 7 from fusing alone. The profiler shows the op called exactly where the kernel is on."""
     from specharness import narrow_attention
     shape = dict(vocab_size=64, n_layers=2, hidden_size=128, n_heads=2, n_kv_heads=1, seed=3, dtype="bfloat16")
     tree, prefix, x = Tree((-1, 0, 0, 1, 2)), torch.tensor([5, 6, 7, 8, 9, 10, 11]), torch.tensor([12, 13, 14, 15, 16])
     logits = {}
-    for narrow in (True, False):
-        os.environ[narrow_attention.ENV] = "1" if narrow else "0"  # read as a target is made
+    paths = {"1": narrow_attention.kind(), "avx512": "avx512-bf16", "0": ""}
+    for setting, kind in paths.items():
+        os.environ[narrow_attention.ENV] = setting  # read as a target is made
         try:
             eager, compiled = TargetModel.tiny("llama", **shape), TargetModel.tiny("llama", **shape)
         finally:
             del os.environ[narrow_attention.ENV]
-        assert eager.backend.stack.narrow == compiled.backend.stack.narrow == narrow
+        assert eager.backend.stack.narrow == compiled.backend.stack.narrow == kind
         compiled.compile("default")
         compiled.expect_widths(8)
         for mode, t in (("eager", eager), ("compiled", compiled)):
             cache = t.new_cache(64)
             t.forward(prefix, cache, 0, prefill=True)
             with torch.profiler.profile() as prof:
-                logits[mode, narrow] = t.forward(x, cache, len(prefix), tree=tree, head=True).logits.float()
-            assert any("narrow_attention" in e.key for e in prof.key_averages()) == narrow, (mode, narrow)
+                logits[mode, kind] = t.forward(x, cache, len(prefix), tree=tree, head=True).logits.float()
+            assert any("narrow_attention" in e.key for e in prof.key_averages()) == bool(kind), (mode, kind)
     for mode in ("eager", "compiled"):
-        torch.testing.assert_close(logits[mode, True], logits[mode, False], rtol=0, atol=0.125, msg=mode)
+        for kind in set(paths.values()) - {""}:
+            torch.testing.assert_close(logits[mode, kind], logits[mode, ""], rtol=0, atol=0.125, msg=f"{mode} {kind}")

@@ -21,26 +21,27 @@ def test_lean_forward_matches_transformers(family):
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-@pytest.mark.parametrize("narrow", [False, True], ids=["sdpa", "narrow"])
-def test_attention_over_a_bfloat16_cache_matches_the_float32_kernels(compiled, narrow, request):
-    """A bfloat16 cache takes other kernels (SDPA's flash kernel, or our narrow kernel up to 8
-    positions; the fused loop at one, when compiled) than a float32 one (two bmm). On the same
+@pytest.mark.parametrize("narrow", ["", "avx512-bf16", "amx"], ids=["sdpa", "narrow", "narrow-amx"])
+def test_attention_over_a_bfloat16_cache_matches_the_float32_kernels(compiled, narrow, kernel_path):
+    """A bfloat16 cache takes other kernels (SDPA's flash kernel, or our narrow kernel's paths; the
+    fused loop at one position, when compiled) than a float32 one (two bmm). On the same
     bfloat16-rounded inputs, under a tree mask and grouped-query heads, both give one answer: a
-    mixed-up head group, a dropped mask or a misplaced slot would not."""
-    if narrow:
-        request.getfixturevalue("narrow_kernel")
+    mixed-up head group, a dropped mask or a misplaced slot would not. The 20-node tree gives the
+    AMX path 60 rows, more than three of its 16-row tiles."""
+    narrow = kernel_path(narrow)
     H, Hkv, d, n0 = 6, 2, 64 if narrow else 16, 9
     g = torch.Generator().manual_seed(4)
     rnd = lambda *shape: torch.randn(*shape, generator=g).bfloat16()  # noqa: E731
     fn = torch.compile(attend, fullgraph=True) if compiled else attend
-    for tree in (Tree.chain(0), Tree((-1, 0, 0, 1, 2))):
+    torch._dynamo.reset()  # one compiled attend per (kernel, tree, dtype) in this worker: past dynamo's recompile limit
+    for tree in (Tree.chain(0), Tree((-1, 0, 0, 1, 2)), Tree((-1, 0, 0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))):
         T = len(tree)
         past_k, past_v, q, k, v = rnd(Hkv, n0, d), rnd(Hkv, n0, d), rnd(H, T, d), rnd(Hkv, T, d), rnd(Hkv, T, d)
         mask = attention_mask(n0, tree, T, "cpu")
         slots = torch.arange(n0, n0 + T)
         out = {}
         for dtype in (torch.bfloat16, torch.float32):
-            kc, vc = torch.zeros(Hkv, 32, d, dtype=dtype), torch.zeros(Hkv, 32, d, dtype=dtype)
+            kc, vc = torch.zeros(Hkv, 48, d, dtype=dtype), torch.zeros(Hkv, 48, d, dtype=dtype)
             kc[:, :n0], vc[:, :n0] = past_k, past_v
             out[dtype] = fn(q.to(dtype), k.to(dtype), v.to(dtype), kc, vc, slots, mask, narrow).float()
             assert torch.equal(kc[:, n0:n0 + T].float(), k.float()) and not kc[:, n0 + T:].any()
@@ -49,29 +50,39 @@ def test_attention_over_a_bfloat16_cache_matches_the_float32_kernels(compiled, n
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_narrow_attention_kernel_matches_float64_attention(head_dim, narrow_kernel):
-    """The C++ kernel against attention in float64 on the same bfloat16 inputs, over shapes that hit
-    its edges: slots not a multiple of 16 (and past its 96-slot blocks), rows not a multiple of its
-    4-row blocks, one to eight positions with their own mask rows (one row seeing only the last slot), one to four query heads per key
-    head, caches longer than the slots read, and 1 or 2 threads (units split a head's rows)."""
+@pytest.mark.parametrize("amx", [False, True], ids=["avx512-bf16", "amx"])
+def test_narrow_attention_kernel_matches_float64_attention(head_dim, amx, kernel_path):
+    """The C++ kernel's two paths against attention in float64 on the same bfloat16 inputs, over
+    shapes that hit their edges: slots not a multiple of 16 or 32 (and past the FMA path's 96-slot
+    blocks), rows not a multiple of its 4-row blocks or of AMX's 16-row tiles, one to 64 positions
+    with their own mask rows (one row seeing only the last slot), one to four query heads per key
+    head, caches longer than the slots read (NaN past them), and 1 or 2 threads (units split a
+    head's slots). The
+    FMA path keeps its probabilities in float32: 1e-5. The AMX path rounds them to bfloat16, each
+    by at most 2^-9 of itself, so a row's output may move by 2^-9 of the largest |value| it reads."""
+    kernel_path("amx" if amx else "avx512-bf16")
     g = torch.Generator().manual_seed(11)
     threads = torch.get_num_threads()
     try:
         for Hkv, grp, T, n, thr in ((3, 3, 8, 288, 2), (2, 1, 1, 5, 1), (1, 4, 3, 17, 2), (3, 3, 5, 101, 2),
-                                    (2, 2, 7, 250, 1), (3, 1, 2, 16, 2)):
+                                    (2, 2, 7, 250, 1), (3, 1, 2, 16, 2), (3, 3, 32, 301, 2), (1, 2, 64, 95, 1),
+                                    (2, 1, 33, 47, 2)):
             torch.set_num_threads(thr)
             q = torch.randn(Hkv, grp * T, head_dim, generator=g).bfloat16()
             kc, vc = (torch.randn(Hkv, n + 13, head_dim, generator=g).bfloat16() for _ in range(2))
+            kc[:, n:], vc[:, n:] = float("nan"), float("nan")  # slots past n may hold anything: never read
             allowed = torch.rand(T, n, generator=g) < 0.7
             allowed[:, 0] = True  # every row sees something
             allowed[-1] = False
             allowed[-1, -1] = True  # a padding row sees only its own slot: earlier chunks of slots add nothing
             bias = torch.zeros(T, n).masked_fill(~allowed, float("-inf"))
-            got = narrow_attention.narrow_attention(q, kc, vc, bias)
+            got = torch.ops.specharness.narrow_attention(q, kc, vc, bias.bfloat16(), head_dim ** -0.5, amx)
             scores = q.double() @ kc[:, :n].double().transpose(1, 2) * head_dim ** -0.5
             want = torch.softmax(scores + bias.double().repeat(grp, 1), dim=-1) @ vc[:, :n].double()
             assert got.dtype == torch.float32 and got.shape == q.shape
-            torch.testing.assert_close(got.double(), want, rtol=0, atol=1e-5, msg=f"{(Hkv, grp, T, n, thr)}")
+            atol = 2 ** -9 * vc[:, :n].abs().max().item() + 1e-5 if amx else 1e-5
+            torch.testing.assert_close(got.double(), want, rtol=0, atol=atol, msg=f"{(Hkv, grp, T, n, thr)}")
+            assert torch.equal(got[:, T - 1::T], vc[:, n - 1:n].float().expand(Hkv, grp, head_dim)), "the row seeing one slot"
     finally:
         torch.set_num_threads(threads)
 
