@@ -13,14 +13,16 @@ and the weighted sum, and merges the chunks per row. It has two paths:
   alone, 30 layers, cold behind their weights (``results/smollm2-cpu-xeon-profile-v6/attention_amx_ab.txt``):
   width 32 over 288 slots 3.8-4.0 ms with SDPA, 2.2-2.5 here; it serves up to ``AMX_WIDTH``.
 - **AVX512-BF16** dot products for the scores and float32 FMAs for the weighted sum, for a few rows
-  (and every width up to ``FMA_WIDTH`` where there is no AMX): width 8 of the full model 17.98 ->
+  (and every width up to ``FMA_WIDTH`` where there is no AMX, or ``ENV`` says ``avx512``; SDPA
+  serves wider): width 8 of the full model 17.98 ->
   17.50 ms at context 256 (``results/smollm2-cpu-xeon-profile-v5/narrow_attention_ab.txt``); its
   FMAs lose to SDPA's AMX GEMMs past 16 positions.
 
 It is built on first use with torch's C++ extension loader (a C++ compiler and ninja: the same
 compiler inductor needs) into ``cache_root()/kernels``, keyed by the source and torch version, and
 registered as ``torch.ops.specharness.narrow_attention`` with a fake kernel, so compiled graphs
-call it as one extern op. Where it cannot be used (no AVX512-BF16, another head size, no compiler,
+of a static width call it as one extern op (the dynamic-width graph of prefills keeps SDPA: a width
+test there would be a guard, and a prompt on its other side a recompile while timing). Where it cannot be used (no AVX512-BF16, another head size, no compiler,
 a failed build: one line on stderr says which), ``available`` is False and ``attend`` keeps SDPA.
 ``SPECHARNESS_NARROW_ATTENTION=0`` switches it off; ``=avx512`` keeps it off AMX.
 """
@@ -91,9 +93,10 @@ def available(device: torch.device, head_dim: int) -> bool:
 
 
 def kind() -> str:
-    """The path a target made now takes: "amx" where the CPU has AMX (unless ``ENV`` says
-    ``avx512``), else "avx512-bf16"."""
-    return "amx" if os.environ.get(ENV, "1") != "avx512" and torch.cpu._is_amx_tile_supported() else "avx512-bf16"
+    """The path a target made now takes: "amx" where the CPU has AMX and the OS grants this process
+    its tile state (``torch.cpu._init_amx`` asks Linux once), unless ``ENV`` says ``avx512``; else
+    "avx512-bf16"."""
+    return "amx" if os.environ.get(ENV, "1") != "avx512" and torch.cpu._init_amx() else "avx512-bf16"
 
 
 def max_width(kind: str) -> int:

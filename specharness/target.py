@@ -91,8 +91,9 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
     - otherwise, up to ``narrow_attention.max_width(narrow)`` positions over a bfloat16 cache,
       where ``narrow`` names the path of our own C++ kernel that serves here
       (``specharness.narrow_attention``, built on first use; the one position of an eager forward
-      too): "amx" (64 positions; AMX tiles from 9 query rows per key/value head), or "avx512-bf16"
-      (8 positions, where the CPU has AVX512-BF16 but no AMX). Width 8 of the full model 17.98 ->
+      too; never the dynamic-width graph of prefills): "amx" (64 positions; AMX tiles from 9 query
+      rows per key/value head), or "avx512-bf16" (8 positions, where the CPU has AVX512-BF16 but
+      no AMX, or ``SPECHARNESS_NARROW_ATTENTION=avx512``). Width 8 of the full model 17.98 ->
       17.50 ms against SDPA at context 256 on the AVX512-BF16 path
       (``results/smollm2-cpu-xeon-profile-v5/narrow_attention_ab.txt``); the AMX path's A/B is
       ``results/smollm2-cpu-xeon-profile-v6/amx_attention_ab.txt``;
@@ -235,9 +236,12 @@ class DecoderStack(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, bias: torch.Tensor,
                 k_caches: list[torch.Tensor], v_caches: list[torch.Tensor], a: int, b: int, head: bool,
-                capture: Collection[int] = (), skip: "Skip" = ((), ())) -> tuple:
+                capture: Collection[int] = (), skip: "Skip" = ((), ()), wide: bool = False) -> tuple:
         h = F.embedding(x, self.embed_weight) if x.dtype == torch.long else x
         T, H, Hkv, d = h.shape[0], self.H, self.Hkv, self.d
+        # the dynamic-width graph (``wide``) keeps SDPA: a width test on our kernel's limits there
+        # would guard it on one side, and a prefill on the other would recompile it while timing
+        narrow = "" if wide else self.narrow
         cos, sin = self.cos[positions], self.sin[positions]
         captured = []
         skip_attn, skip_mlp = skip
@@ -247,7 +251,7 @@ class DecoderStack(nn.Module):
                 q, k, v = qkv.split([H * d, Hkv * d, Hkv * d], dim=-1)
                 q = rotary(q.view(T, H, d).transpose(0, 1), cos, sin)
                 k = rotary(k.view(T, Hkv, d).transpose(0, 1), cos, sin)
-                o = attend(q, k, v.view(T, Hkv, d).transpose(0, 1), k_caches[j], v_caches[j], slots, bias, self.narrow)
+                o = attend(q, k, v.view(T, Hkv, d).transpose(0, 1), k_caches[j], v_caches[j], slots, bias, narrow)
                 h = h + F.linear(o, self.wo[i])
             if i not in skip_mlp:
                 gate, up = F.linear(rms_norm(h, self.ln2[i], self.eps), self.w_gate_up[i]).chunk(2, dim=-1)
@@ -374,7 +378,7 @@ class CompiledBackend(EagerBackend):
         if static:
             out = self.narrow(x, positions, slots, bias, k_caches, v_caches, a, b, head, capture, skip)
         else:
-            out = self.wide(self.stack, x, positions, slots, bias, k_caches, v_caches, a, b, head, capture, skip)
+            out = self.wide(self.stack, x, positions, slots, bias, k_caches, v_caches, a, b, head, capture, skip, True)
         if started is not None:  # a new graph: this call compiled it
             self.graphs.add(key)
             self.compile_s += time.perf_counter() - started

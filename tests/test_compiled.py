@@ -283,7 +283,9 @@ def test_the_narrow_attention_kernel_serves_compiled_and_eager_bfloat16_tree_for
     AVX512-BF16 (``SPECHARNESS_NARROW_ATTENTION=avx512``). Compiled and eager, each gives the logits
     of the same forward through SDPA's kernel (ours switched off) to within bfloat16 rounding: two
     units in the last place of these logits (~12), where compiled and eager bfloat16 forwards
-    differ by 7 from fusing alone. The profiler shows the op called exactly where the kernel is on."""
+    differ by 7 from fusing alone. The profiler shows the op called exactly where the kernel is on,
+    and never in the dynamic-width graph of compiled prefills, which prefills of 9 and 70 positions
+    (either side of the kernel's limits) share without a recompile."""
     from specharness import narrow_attention
     shape = dict(vocab_size=64, n_layers=2, hidden_size=128, n_heads=2, n_kv_heads=1, seed=3, dtype="bfloat16")
     tree, prefix, x = Tree((-1, 0, 0, 1, 2)), torch.tensor([5, 6, 7, 8, 9, 10, 11]), torch.tensor([12, 13, 14, 15, 16])
@@ -304,6 +306,14 @@ def test_the_narrow_attention_kernel_serves_compiled_and_eager_bfloat16_tree_for
             with torch.profiler.profile() as prof:
                 logits[mode, kind] = t.forward(x, cache, len(prefix), tree=tree, head=True).logits.float()
             assert any("narrow_attention" in e.key for e in prof.key_averages()) == bool(kind), (mode, kind)
+        if kind:  # compiled prefills share the dynamic-width graph, which keeps SDPA: no guard on the kernel's limits
+            from torch._dynamo.utils import counters
+            compiled.forward(torch.arange(9) % 64, compiled.new_cache(128), 0, prefill=True)
+            graphs = counters["stats"]["unique_graphs"]
+            with torch.profiler.profile() as prof:
+                compiled.forward(torch.arange(70) % 64, compiled.new_cache(128), 0, prefill=True)
+            assert counters["stats"]["unique_graphs"] == graphs, "a prefill past 64 positions recompiled the wide graph"
+            assert not any("narrow_attention" in e.key for e in prof.key_averages())
     for mode in ("eager", "compiled"):
         for kind in set(paths.values()) - {""}:
             torch.testing.assert_close(logits[mode, kind], logits[mode, ""], rtol=0, atol=0.125, msg=f"{mode} {kind}")

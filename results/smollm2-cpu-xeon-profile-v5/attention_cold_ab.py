@@ -4,7 +4,9 @@ of 64, 3 query heads each, caches of 1100 slots per layer), 2 threads, 10 interl
 medians in ms. 'warm': the layers back to back (their caches stay in L3); 'cold': each layer after a
 GEMM over a weight-sized matrix of its own (3.5 MB, like the MLP's), the GEMMs' own time subtracted,
 so the layer's cache comes from memory as in the full model.
-Run: python results/smollm2-cpu-xeon-profile-v5/attention_cold_ab.py"""
+Run: python results/smollm2-cpu-xeon-profile-v5/attention_cold_ab.py
+at cb286c4 (git checkout cb286c4): since db55abf the kernel's op takes an AMX flag and a stack's
+`narrow` names a path; results/smollm2-cpu-xeon-profile-v6 has the A/Bs at today's interface."""
 import torch, time, statistics
 import torch.nn.functional as F
 from specharness import narrow_attention as na

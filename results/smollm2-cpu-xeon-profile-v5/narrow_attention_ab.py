@@ -2,7 +2,9 @@
 positions over a bfloat16 cache), A/B on the full model: two targets in one process, compiled and
 timed interleaved as ../smollm2-cpu-xeon-profile-v4/full_model_ab.py says. The control is built with
 SPECHARNESS_NARROW_ATTENTION=0 (SDPA at every width past one, as in profile v4).
-Run with nothing else on the machine: python results/smollm2-cpu-xeon-profile-v5/narrow_attention_ab.py"""
+Run with nothing else on the machine: python results/smollm2-cpu-xeon-profile-v5/narrow_attention_ab.py
+at cb286c4 (git checkout cb286c4): since db55abf the kernel's op takes an AMX flag and a stack's
+`narrow` names a path; results/smollm2-cpu-xeon-profile-v6 has the A/Bs at today's interface."""
 import os, sys, torch
 torch.set_num_threads(2)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "smollm2-cpu-xeon-profile-v4"))
