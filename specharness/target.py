@@ -231,7 +231,8 @@ class DecoderStack(nn.Module):
         self.register_buffer("cos", t._cos, persistent=False)
         self.register_buffer("sin", t._sin, persistent=False)
         self.eps, self.H, self.Hkv, self.d = t.eps, t.n_heads, t.n_kv_heads, t.head_dim
-        # our attention kernel's path (a plain str here: graphs specialise on it) ("amx", "avx512-bf16"), "" where it does not serve
+        # our attention kernel's path, "amx" or "avx512-bf16", "" where it does not serve (a plain
+        # str here: graphs specialise on it)
         self.narrow = narrow_attention.kind() if t.kv_dtype == torch.bfloat16 and narrow_attention.available(t.device, t.head_dim) else ""
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, bias: torch.Tensor,

@@ -130,7 +130,6 @@ void attend_chunk(const at::BFloat16* q, const at::BFloat16* k_cache, const at::
 
   gather_key_pairs<d>(k, m, mpad, kt);
 
-  const __m512 sc = _mm512_set1_ps(scale);
   for (int64_t r = 0; r < rpad; r += QR) {
     const int32_t* qr[QR];
     for (int i = 0; i < QR; ++i) qr[i] = qpairs + std::min<int64_t>(r + i, R - 1) * (d / 2);  // padding rows repeat the last
@@ -147,13 +146,13 @@ void attend_chunk(const at::BFloat16* q, const at::BFloat16* k_cache, const at::
         }
       }
       for (int i = 0; i < QR; ++i) for (int j = 0; j < QV; ++j) if (j < cn)
-        _mm512_storeu_ps(s + (r + i) * mpad + (c + j) * 16, _mm512_mul_ps(acc[i][j], sc));
+        _mm512_storeu_ps(s + (r + i) * mpad + (c + j) * 16, acc[i][j]);
     }
   }
 
   for (int64_t r = 0; r < R; ++r) {
     float* sr = s + r * mpad;
-    softmax_row(sr, bias + (r % T) * n + c0, m, mpad, 1.f, part + r * (d + 2) + d,
+    softmax_row(sr, bias + (r % T) * n + c0, m, mpad, scale, part + r * (d + 2) + d,
                 [sr](int64_t j, __m512 e) { _mm512_storeu_ps(sr + j, e); });
   }
 
