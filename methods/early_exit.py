@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from specharness.engine import DecodeState, Proposal
+from specharness.api import DecodeState, Proposal
 from specharness.errors import UsageError
 from specharness.hookspecs import DrafterSpec, OptionSpec, hookimpl
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 
-from specharness.engine import DecodeState, Proposal, Verified
+from specharness.api import DecodeState, Proposal, Verified
 from specharness.hookspecs import DrafterSpec, hookimpl
 from specharness.options import OptionSpec
 from specharness.tree import Trie

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from specharness.engine import DecodeState, Proposal, Verified
+from specharness.api import DecodeState, Proposal, Verified
 from specharness.errors import UsageError
 from specharness.hookspecs import DrafterSpec, hookimpl
 from specharness.options import OptionSpec

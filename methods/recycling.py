@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from specharness.engine import DecodeState, Proposal, Verified
+from specharness.api import DecodeState, Proposal, Verified
 from specharness.hookspecs import DrafterSpec, hookimpl
 from specharness.options import OptionSpec
 

@@ -29,12 +29,12 @@ import time
 import torch
 
 from specharness import selfdistill as sd
-from specharness.engine import DecodeState, Proposal
+from specharness.api import DecodeState, Proposal
 from specharness.errors import UsageError
 from specharness.hookspecs import DrafterSpec, hookimpl
 from specharness.options import OptionSpec
 from specharness.paths import cache_root, model_slug, write_text_atomic
-from specharness.target import Skip, TargetModel
+from specharness.model import Skip, TargetModel
 
 OPTIONS = [
     OptionSpec("skip", "str", "search", "'search' = the cached Bayesian-optimisation search's mask, or a list "

@@ -6,7 +6,7 @@ this harness divides by.
 
 from __future__ import annotations
 
-from specharness.engine import DecodeState, Proposal
+from specharness.api import DecodeState, Proposal
 from specharness.hookspecs import DrafterSpec, hookimpl
 
 

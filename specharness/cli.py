@@ -153,12 +153,12 @@ def _setup_threads(threads: int | None) -> int:
 
 def _load_target(args, threads: int):
     """The target in the dtype and compile mode the flags ask for, or the fastest measured here."""
-    from . import kernels
-    from .target import TargetModel
-    config = kernels.choose(args.dtype, getattr(args, "compile", "none"), args.model, args.device, threads,
+    from .model import engine_choice
+    from .model import TargetModel
+    config = engine_choice.choose(args.dtype, getattr(args, "compile", "none"), args.model, args.device, threads,
                             lambda dtype: TargetModel.load(args.model, dtype, args.device))
     target = TargetModel.load(args.model, config.dtype, args.device)
-    mode, why = kernels.apply(target, config.compile)
+    mode, why = engine_choice.apply(target, config.compile)
     if why:
         print(f"note: cannot compile here ({why}); running eagerly", file=sys.stderr)
     target.engine = {"dtype": config.dtype, "compile": mode, "chosen": config.source, **target.kernel_flags(),

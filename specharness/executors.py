@@ -29,7 +29,7 @@ def hardware(device: str, threads: int) -> dict:
     """What a result was measured on: the node, the device's name, the torch threads."""
     import torch
 
-    from .kernels import cpu_name
+    from .model.engine_choice import cpu_name
     name = torch.cuda.get_device_name() if device.startswith("cuda") and torch.cuda.is_available() else cpu_name()
     return {"node": socket.gethostname(), "device": name, "threads": threads}
 
@@ -57,14 +57,14 @@ class Worker:
     def __init__(self, spec: RunSpec) -> None:
         import torch
 
-        from . import kernels
+        from .model import engine_choice
         from .plugins import build_registry
         from .runner import build_method, warm_up
-        from .target import TargetModel
+        from .model import TargetModel
         torch.set_num_threads(spec.threads)
         self.spec = spec
         self.target = TargetModel.load(spec.model, spec.dtype, spec.device)
-        kernels.apply(self.target, spec.compile)
+        engine_choice.apply(self.target, spec.compile)
         registry = build_registry(spec.plugins)
         self.methods = {}
         for label, (name, opts) in spec.variants.items():

@@ -36,7 +36,7 @@ hookimpl = pluggy.HookimplMarker("specharness")
 @dataclass(frozen=True)
 class DrafterSpec:
     """A named drafter. ``build(target, options)`` returns an object with the Drafter interface
-    (``specharness.engine.Drafter``); the engine does everything else. It is built once per method
+    (``specharness.api.Drafter``); the engine does everything else. It is built once per method
     and run on every prompt, so per-sequence state belongs in ``begin``."""
 
     name: str
@@ -53,7 +53,8 @@ class DrafterSpec:
 @dataclass(frozen=True)
 class DecoderSpec:
     """A baseline that decodes on its own (transformers' ``generate`` and its peers).
-    ``build(target, options)`` returns ``generate(prompt_ids, settings) -> Generation``."""
+    ``build(target, options)`` returns ``decode(prompt_ids, max_new_tokens, temperature, seed) -> Generation``
+    (``specharness.records.Generation``)."""
 
     name: str
     build: Callable[..., Any]

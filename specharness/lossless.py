@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from . import kernels
+from .model import engine_choice
 from .distributions import (chi_square, exact_sequence_distribution, next_token_probs, pool_cells, power,
                             samples_for_power)
 from .errors import UsageError
@@ -89,7 +89,7 @@ class Tolerance:
 def kernel_noise_ulps(target, dtype: str, tokens: int = 64) -> float:
     """The largest disagreement of the top-2 logits between one-token forwards and 8-token forwards
     over the same greedy continuation, in ulps of the top logit: how much this model's logits move
-    with the width of a forward in this dtype and on these kernels."""
+    with the width of a forward in this dtype and on these engine_choice."""
     import torch
     prompt = (target.chat_ids([{"role": "user", "content": CALIBRATION_PROMPT}]) if target.tokenizer is not None
               else [1 + i % (target.vocab_size - 1) for i in range(16)])
@@ -290,7 +290,7 @@ def certify(directory: Path, bench_file: str | None = None, log=print) -> dict:
     Loads the target in each file's dtype and compile mode; writes ``identity_certified.json``,
     which ``report`` shows in its identity table."""
     from .report.runs import select_runs
-    from .target import TargetModel
+    from .model import TargetModel
     from .tasks.specbench import find_question_file, load_questions, sha256_of
     runs = select_runs([directory])
     out, targets, tolerances = {}, {}, {}
@@ -539,7 +539,7 @@ def _tiny_level(args, registry, level: str, verifier: str | None, progress: bool
     """Level (a) or (c) on a tiny random llama, the method built with its tiny defaults."""
     import torch
 
-    from .target import TargetModel
+    from .model import TargetModel
     vocab, k = (args.tiny_vocab, args.k) if level == "a" else (args.tiny_vocab_c, args.k_c)
     n, w = (args.samples_a, args.effect_a) if level == "a" else (args.samples_c, args.effect_c)
     tiny = TargetModel.tiny("llama", vocab_size=vocab, n_layers=4, hidden_size=32, n_heads=4, n_kv_heads=2, seed=0)
@@ -587,7 +587,7 @@ def cmd_lossless(args) -> int:
         raise UsageError("lossless needs --method NAME (or --certify RESULT_DIR)")
 
     from .plugins import build_registry
-    from .target import TargetModel
+    from .model import TargetModel
     levels = _check_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -602,7 +602,7 @@ def cmd_lossless(args) -> int:
     target = None
     if "greedy" in levels or "b" in levels:
         target = TargetModel.load(args.model, args.dtype, args.device)
-        mode, why = kernels.apply(target, args.compile)
+        mode, why = engine_choice.apply(target, args.compile)
         if why:
             print(f"note: cannot compile here ({why}); checking eagerly", file=sys.stderr)
 

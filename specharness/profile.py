@@ -17,7 +17,7 @@ Measured in one run, after warm-up and compilation (never timed):
 
 It writes profile.json, profile.md and profile.png (ms against width, rooflines drawn), and
 records the configuration with the fastest vanilla step as this machine's default
-(``specharness.kernels``). ``report --profile profile.json`` predicts each result file's speedup
+(``specharness.model.engine_choice``). ``report --profile profile.json`` predicts each result file's speedup
 from this profile and the file's own acceptance, beside the measured one.
 """
 
@@ -32,9 +32,9 @@ from pathlib import Path
 
 import torch
 
-from . import kernels
+from .model import engine_choice
 from .errors import UsageError
-from .kernels import median_ms, random_ids
+from .model.engine_choice import median_ms, random_ids
 from .metrics import fit_line
 from .options import method_variants, resolve_options
 from .paths import write_text_atomic
@@ -42,7 +42,7 @@ from .plugins import build_registry
 from .results import git_commit, provenance
 from .report.figures import style
 from .runner import Settings, build_method
-from .target import WIDTH_BUCKETS, TargetModel
+from .model import WIDTH_BUCKETS, TargetModel
 
 WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64)
 CONTEXTS = (256, 1024)
@@ -245,7 +245,7 @@ def method_costs(model: str, device: str, dtype: str, mode: str, registry, hf: d
                  variants: dict | None) -> dict:
     """The drafters' costs on the engine in (dtype, mode) and transformers' decoders' in dtype."""
     target = TargetModel.load(model, dtype, device)
-    kernels.apply(target, mode)
+    engine_choice.apply(target, mode)
     prompt = target.chat_ids([{"role": "user", "content": PROFILE_PROMPT}])
     out = {"drafters": drafter_costs(target, registry, prompt, tokens, log, variants),
            "drafters_config": {"dtype": dtype, "compile": mode}}
@@ -265,7 +265,7 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
     registry = registry or build_registry()
     gbs = bandwidth_gbs()
     log(f"profile: read bandwidth {gbs:.1f} GB/s")
-    result = provenance(model=model, device=device, threads=threads, cpu=kernels.cpu_name(), bandwidth_gbs=gbs,
+    result = provenance(model=model, device=device, threads=threads, cpu=engine_choice.cpu_name(), bandwidth_gbs=gbs,
                         configs=[], hf_generate={}, width_buckets=list(WIDTH_BUCKETS))
     rooflines = {}
     for dtype, mode in configs:
@@ -279,14 +279,14 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
                 f"{w}:{v:.1f}" for w, v in rooflines[dtype]["floor_ms"].items()))
             result["hf_generate"][dtype] = hf_costs(target, widths, contexts, log)
         started = time.perf_counter()
-        got, why = kernels.apply(target, mode)
+        got, why = engine_choice.apply(target, mode)
         if why:
             log(f"profile: {dtype}/{mode} left out: {why}")
             continue
         target.expect_widths(max(widths))  # verification widths: static graphs, as in a run
         row = {"dtype": dtype, "compile": got, **target.kernel_flags(), "by_width": {}, "prefill_ms": {}}
         for ctx in contexts:
-            row["by_width"][str(ctx)] = {str(w): kernels.step_ms(target, context=ctx, width=w) for w in widths}
+            row["by_width"][str(ctx)] = {str(w): engine_choice.step_ms(target, context=ctx, width=w) for w in widths}
             log(f"profile: {dtype}/{mode} ctx {ctx}: " + " ".join(
                 f"{w}:{v:.1f}" for w, v in row["by_width"][str(ctx)].items()))
         row["prefill_ms"] = {str(n): prefill_ms(target, n) for n in PREFILLS}
@@ -298,7 +298,7 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
     step = lambda r: r["by_width"][str(contexts[0])]["1"]  # noqa: E731
     best = min(result["configs"], key=step)
     result["chosen"] = {"dtype": best["dtype"], "compile": best["compile"]}
-    kernels.save_choice(model, device, threads, {
+    engine_choice.save_choice(model, device, threads, {
         "model": model, "device": device, "threads": threads, "chosen": result["chosen"],
         "candidates": [{"dtype": r["dtype"], "compile": r["compile"], "step_ms": step(r)} for r in result["configs"]],
         "measured": result["created"], "by": "specharness profile"})
@@ -407,7 +407,7 @@ def add_profile_parser(subparsers) -> None:
     p.add_argument("--model", default="smollm2")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--configs", default=",".join(f"{d}/{m}" for d, m in kernels.CANDIDATES),
+    p.add_argument("--configs", default=",".join(f"{d}/{m}" for d, m in engine_choice.CANDIDATES),
                    help="DTYPE/MODE list (default: every candidate)")
     p.add_argument("--widths", default=",".join(map(str, WIDTHS)))
     p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
@@ -435,7 +435,7 @@ def cmd_profile(args, threads: int) -> int:
     except ValueError:
         raise UsageError("--configs DTYPE/MODE,..., --widths and --contexts comma-separated integers") from None
     for c in configs:
-        if len(c) != 2 or c[0] not in kernels.DTYPE_CHOICES[1:] or c[1] not in kernels.COMPILE_CHOICES[1:]:
+        if len(c) != 2 or c[0] not in engine_choice.DTYPE_CHOICES[1:] or c[1] not in engine_choice.COMPILE_CHOICES[1:]:
             raise UsageError(f"--configs: '{'/'.join(c)}' is not DTYPE/MODE (e.g. bfloat16/default)")
     if not widths or min(widths) < 1 or not contexts or min(contexts) < 1:
         raise UsageError("--widths and --contexts must be positive")

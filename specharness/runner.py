@@ -21,7 +21,7 @@ from .hookspecs import DecoderSpec, RoundContext
 from .options import resolve_options
 from .plugins import Registry
 from .records import Generation, QuestionResult, Round
-from .target import TargetModel
+from .model import TargetModel
 from .tasks.specbench import Question
 
 
@@ -163,7 +163,7 @@ def warm_up(target: TargetModel, methods: list[Method], questions: list[Question
     else:
         graphs = target.precompile(max_width)
     return {"warmup_s": time.perf_counter() - started, "compile_s": target.backend.compile_s - compiled_before,
-            "compile_s_before_warmup": compiled_before,  # the engine's compile check (kernels.apply)
+            "compile_s_before_warmup": compiled_before,  # the engine's compile check (engine_choice.apply)
             "graphs": len(target.backend.graphs), "graphs_compiled_after_warmup_runs": graphs}
 
 

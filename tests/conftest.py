@@ -59,7 +59,7 @@ def temporary_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def smol():
-    from specharness.target import TargetModel
+    from specharness.model import TargetModel
     return TargetModel.load()
 
 
@@ -107,7 +107,7 @@ def specbench_file():
 @pytest.fixture
 def narrow_kernel():
     """Skips a test where the engine's C++ attention kernel cannot run (no AVX512-BF16, no compiler)."""
-    from specharness import narrow_attention
+    from specharness.model.accel import narrow_attention
     if not narrow_attention.available(torch.device("cpu"), 64):
         pytest.skip(f"the narrow attention kernel is unavailable here: {narrow_attention.reason()}")
 

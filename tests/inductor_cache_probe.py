@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from specharness.target import TargetModel
+from specharness.model import TargetModel
 
 torch.set_num_threads(1)
 ids = torch.tensor([i % 45 + 3 for i in range(6)])

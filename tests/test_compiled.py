@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from specharness import kernels
+from specharness.model import engine_choice
 from specharness.engine import generate
+from specharness.engine_options import EngineOptions
 from specharness.errors import UsageError
 from specharness.methods.vanilla import NoDraft
-from specharness.target import TargetModel
+from specharness.model import TargetModel
 from specharness.tree import Tree
 from specharness.verify import greedy
 
@@ -101,28 +102,28 @@ def test_precompile_covers_every_bucket_up_to_the_widest_draft(pair):
 
 def test_the_configuration_is_pinned_asked_cached_or_measured(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECHARNESS_CACHE", str(tmp_path))
-    monkeypatch.setattr(kernels, "CANDIDATES", (("float32", "none"), ("bfloat16", "none"), ("float32", "default")))
-    assert kernels.choose("bfloat16", "none", "m", "cpu", 1, None) == kernels.EngineConfig("bfloat16", "none", "asked")
-    monkeypatch.setenv(kernels.PIN_ENV, "float32/none")
-    assert kernels.choose("auto", "auto", "m", "cpu", 1, None).source == "$SPECHARNESS_ENGINE"
-    monkeypatch.setenv(kernels.PIN_ENV, "float32")
+    monkeypatch.setattr(engine_choice, "CANDIDATES", (("float32", "none"), ("bfloat16", "none"), ("float32", "default")))
+    assert engine_choice.choose("bfloat16", "none", "m", "cpu", 1, None) == engine_choice.EngineConfig("bfloat16", "none", "asked")
+    monkeypatch.setenv(engine_choice.PIN_ENV, "float32/none")
+    assert engine_choice.choose("auto", "auto", "m", "cpu", 1, None).source == "$SPECHARNESS_ENGINE"
+    monkeypatch.setenv(engine_choice.PIN_ENV, "float32")
     with pytest.raises(UsageError, match="DTYPE/MODE"):
-        kernels.choose("auto", "auto", "m", "cpu", 1, None)
-    monkeypatch.delenv(kernels.PIN_ENV)
+        engine_choice.choose("auto", "auto", "m", "cpu", 1, None)
+    monkeypatch.delenv(engine_choice.PIN_ENV)
     loads = []
 
     def load(dtype):
         loads.append(dtype)
         return TargetModel.tiny("llama", vocab_size=32, n_layers=1, hidden_size=32, seed=0, dtype=dtype)
 
-    chosen = kernels.choose("auto", "auto", "m", "cpu", 1, load)
-    assert chosen.source == "measured" and len(loads) == len(kernels.CANDIDATES)
-    record = json.loads(kernels.choice_file("m", "cpu", 1).read_text())
+    chosen = engine_choice.choose("auto", "auto", "m", "cpu", 1, load)
+    assert chosen.source == "measured" and len(loads) == len(engine_choice.CANDIDATES)
+    record = json.loads(engine_choice.choice_file("m", "cpu", 1).read_text())
     best = min(record["candidates"], key=lambda r: r["step_ms"])
     assert (chosen.dtype, chosen.compile) == (best["dtype"], best["compile"])
-    again = kernels.choose("auto", "auto", "m", "cpu", 1, load)
-    assert again.source == "cached" and len(loads) == len(kernels.CANDIDATES)  # nothing measured twice
-    only = kernels.choose("float32", "auto", "m", "cpu", 1, load)
+    again = engine_choice.choose("auto", "auto", "m", "cpu", 1, load)
+    assert again.source == "cached" and len(loads) == len(engine_choice.CANDIDATES)  # nothing measured twice
+    only = engine_choice.choose("float32", "auto", "m", "cpu", 1, load)
     assert only.dtype == "float32" and only.compile in ("none", "default")
 
 
@@ -136,7 +137,7 @@ def _text_target(seed: int) -> TargetModel:
 
 def test_graphs_compiled_before_timing_are_the_ones_the_engine_reuses():
     """Nothing compiles while timing. A compiled graph guards on its inputs' dispatch keys and the
-    engine's tensors are inference tensors, so the compile check of ``kernels.apply`` and
+    engine's tensors are inference tensors, so the compile check of ``engine_choice.apply`` and
     ``precompile`` must make theirs the same way; and every prefill, whatever its length, must run
     the one dynamic-width graph warm-up compiled."""
     from specharness.plugins import build_registry
@@ -155,7 +156,7 @@ def test_graphs_compiled_before_timing_are_the_ones_the_engine_reuses():
             t.backend.on_new_graph = None
         assert not announced, f"compiled while timing: {[k.describe() for k in announced]}"
 
-    assert kernels.apply(t, "default") == ("default", None)  # compiles width 1 and the dynamic width (its context)
+    assert engine_choice.apply(t, "default") == ("default", None)  # compiles width 1 and the dynamic width (its context)
     with no_recompile():
         generate(t, NoDraft(), greedy, list(range(3, 15)), 4)  # prefill 12 -> dynamic, then width 1
     assert t.precompile(max_width=20) >= 1  # bucket 32 (and 8): new graphs
@@ -264,7 +265,7 @@ def test_the_prefetch_edit_fits_this_torchs_amx_template_and_picks_its_rule_by_k
     import torch._inductor.graph  # noqa: F401  (inductor's codegen modules import in this order)
     from torch._inductor.codegen import cpp_micro_gemm
 
-    from specharness import amx_prefetch
+    from specharness.model.accel import amx_prefetch
     template = cpp_micro_gemm.CppMicroGemmAMX.TEMPLATE_KERNEL
     edited = amx_prefetch.patched(template)
     assert edited is not None and amx_prefetch.patched(edited) == edited  # found; a second edit adds nothing
@@ -280,24 +281,21 @@ def test_the_narrow_attention_kernel_serves_compiled_and_eager_bfloat16_tree_for
     """Over a bfloat16 cache, tree forwards attend through our C++ kernel
     (specharness.narrow_attention), inside compiled graphs as one extern op, on each of its paths:
     AMX where the CPU has it (10 rows eager, 16 padded to the bucket 8 when compiled) and
-    AVX512-BF16 (``SPECHARNESS_NARROW_ATTENTION=avx512``). Compiled and eager, each gives the logits
+    AVX512-BF16 (``EngineOptions(narrow_attention="avx512")``). Compiled and eager, each gives the logits
     of the same forward through SDPA's kernel (ours switched off) to within bfloat16 rounding: two
     units in the last place of these logits (~12), where compiled and eager bfloat16 forwards
     differ by 7 from fusing alone. The profiler shows the op called exactly where the kernel is on,
     and never in the dynamic-width graph of compiled prefills, which prefills of 9 and 70 positions
     (either side of the kernel's limits) share without a recompile."""
-    from specharness import narrow_attention
+    from specharness.model.accel import narrow_attention
     shape = dict(vocab_size=64, n_layers=2, hidden_size=128, n_heads=2, n_kv_heads=1, seed=3, dtype="bfloat16")
     tree, prefix, x = Tree((-1, 0, 0, 1, 2)), torch.tensor([5, 6, 7, 8, 9, 10, 11]), torch.tensor([12, 13, 14, 15, 16])
     logits = {}
-    paths = {"1": narrow_attention.kind(), "avx512": "avx512-bf16", "0": ""}
+    paths = {"on": narrow_attention.kind(), "avx512": "avx512-bf16", "off": ""}
     for setting, kind in paths.items():
-        os.environ[narrow_attention.ENV] = setting  # read as a target is made
-        try:
-            eager, compiled = TargetModel.tiny("llama", **shape), TargetModel.tiny("llama", **shape)
-        finally:
-            del os.environ[narrow_attention.ENV]
-        assert eager.backend.stack.narrow == compiled.backend.stack.narrow == kind
+        options = EngineOptions(narrow_attention=setting)
+        eager, compiled = TargetModel.tiny("llama", **shape, options=options), TargetModel.tiny("llama", **shape, options=options)
+        assert eager.attention.narrow == compiled.attention.narrow == kind
         compiled.compile("default")
         compiled.expect_widths(8)
         for mode, t in (("eager", eager), ("compiled", compiled)):

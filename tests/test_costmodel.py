@@ -78,7 +78,7 @@ def test_compute_floor_counts_every_matmul_and_bounds_the_width_curve():
     """The floor counts each linear of a position once (the layers' fused projections and the LM
     head), never drops below the memory roofline, and grows with width at the measured peak."""
     from specharness.profile import compute_costs
-    from specharness.target import TargetModel
+    from specharness.model import TargetModel
     t = TargetModel.tiny("qwen2", vocab_size=48, n_layers=2, hidden_size=32, n_heads=4, n_kv_heads=2)
     hf = t.hf
     linears = [m for m in hf.modules() if isinstance(m, torch.nn.Linear)]

@@ -17,7 +17,7 @@ from specharness.methods.eagle import drafter as eg
 from specharness.methods.eagle.checkpoint import load_head
 from specharness.methods.vanilla import NoDraft
 from specharness.options import resolve_options
-from specharness.target import TargetModel
+from specharness.model import TargetModel
 from specharness.verify import greedy, speculative_sampling
 from test_medusa import write_selfdistill_data
 

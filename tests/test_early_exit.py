@@ -13,7 +13,7 @@ from specharness.engine import Proposal, generate
 from specharness.errors import UsageError
 from specharness.plugins import build_registry
 from specharness.runner import Settings, build_method
-from specharness.target import TargetModel
+from specharness.model import TargetModel
 from specharness.verify import speculative_sampling
 
 NEW_TOKENS = 24

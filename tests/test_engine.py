@@ -29,7 +29,7 @@ def test_vanilla_equals_hf_generate_on_every_subtask(smol, first_questions):
 
 
 def test_sampling_is_seeded_and_reproducible():
-    from specharness.target import TargetModel
+    from specharness.model import TargetModel
     target = TargetModel.tiny("llama", vocab_size=50, n_layers=2, seed=4)
     run = lambda seed: generate(target, NoDraft(), speculative_sampling, [1, 2, 3], 20, 1.0, seed).token_ids
     assert run(7) == run(7)
@@ -37,7 +37,7 @@ def test_sampling_is_seeded_and_reproducible():
 
 
 def test_round_records_add_up():
-    from specharness.target import TargetModel
+    from specharness.model import TargetModel
     target = TargetModel.tiny("qwen2", vocab_size=50, n_layers=2, seed=5)
     seen = []
     g = generate(target, NoDraft(), greedy, [4, 5, 6], 12, on_round=seen.append)
@@ -47,7 +47,7 @@ def test_round_records_add_up():
 
 
 def test_eos_stops_generation():
-    from specharness.target import TargetModel
+    from specharness.model import TargetModel
     target = TargetModel.tiny("llama", vocab_size=50, n_layers=2, seed=6)
     free = generate(target, NoDraft(), greedy, [4, 5, 6], 10).token_ids
     target.eos_ids = frozenset({free[3]})
@@ -79,7 +79,7 @@ def test_an_exit_layer_drafter_gets_the_states_entering_its_layer():
     """The prefill is one full forward; a drafter with exit layer l must get the prompt's states
     after layer l - 1 (those entering l), not after l: verification would stay lossless either way,
     so only this test sees an off-by-one."""
-    from specharness.target import TargetModel
+    from specharness.model import TargetModel
     target = TargetModel.tiny("llama", vocab_size=50, n_layers=4, seed=7)
     prompt = [4, 5, 6, 7, 8]
     seen = []
@@ -101,7 +101,7 @@ def test_a_round_cut_short_by_eos_records_only_the_drafts_it_kept():
     the tokens per round add up to the tokens generated."""
     from specharness.records import QuestionResult
     from specharness.results import question_record
-    from specharness.target import TargetModel
+    from specharness.model import TargetModel
     target = TargetModel.tiny("llama", vocab_size=50, n_layers=2, seed=6)
     prompt = [4, 5, 6]
     free = generate(target, NoDraft(), greedy, prompt, 12).token_ids

@@ -14,7 +14,7 @@ from specharness.methods.vanilla import NoDraft
 from specharness.distributions import chi_square, exact_sequence_distribution
 from specharness.engine import generate
 from specharness.errors import UsageError
-from specharness.target import TargetModel
+from specharness.model import TargetModel
 from specharness.verify import greedy, speculative_sampling
 
 torch.set_num_threads(min(2, torch.get_num_threads()))

@@ -11,7 +11,7 @@ from specharness.methods.oracle import drafter as oracle
 from specharness.methods.vanilla import NoDraft
 from specharness.engine import generate
 from specharness.errors import UsageError
-from specharness.target import TargetModel
+from specharness.model import TargetModel
 from specharness.verify import greedy
 
 PROMPT = [1, 2, 3]

@@ -12,7 +12,7 @@ import pytest
 from specharness import distributions, lossless
 from specharness.plugins import build_registry
 from specharness.runner import build_method
-from specharness.target import TargetModel
+from specharness.model import TargetModel
 
 PLUGIN = str(Path(__file__).parent / "fixtures" / "lossless_plugins.py")
 

@@ -17,7 +17,7 @@ from specharness.engine import generate
 from specharness.errors import UsageError
 from specharness.plugins import build_registry
 from specharness.runner import Settings, build_method
-from specharness.target import TargetModel
+from specharness.model import TargetModel
 from specharness.verify import greedy, speculative_sampling
 from test_early_exit import (NEW_TOKENS, PROMPT, SAMPLES, assert_same_or_near_tie, chi_square_p,
                              exact_marginals)

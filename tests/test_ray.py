@@ -27,7 +27,7 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def tiny_dir(smol, tmp_path_factory):
-    from specharness.target import TargetModel
+    from specharness.model import TargetModel
     d = tmp_path_factory.mktemp("tiny-llama")
     tiny = TargetModel.tiny("llama", vocab_size=smol.vocab_size, n_layers=2, hidden_size=32, seed=7)
     tiny.hf.save_pretrained(d)

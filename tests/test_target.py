@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specharness import narrow_attention
-from specharness.target import TargetModel, attend, attention_mask
+from specharness.model.accel import narrow_attention
+from specharness.model import Attention, TargetModel, attention_mask
 from specharness.tree import Tree
 
 
@@ -32,8 +32,9 @@ def test_attention_over_a_bfloat16_cache_matches_the_float32_kernels(compiled, n
     H, Hkv, d, n0 = 6, 2, 64 if narrow else 16, 9
     g = torch.Generator().manual_seed(4)
     rnd = lambda *shape: torch.randn(*shape, generator=g).bfloat16()  # noqa: E731
-    fn = torch.compile(attend, fullgraph=True) if compiled else attend
-    torch._dynamo.reset()  # one compiled attend per (kernel, tree, dtype) in this worker: past dynamo's recompile limit
+    kernel = Attention(narrow)
+    fn = torch.compile(kernel.__call__, fullgraph=True) if compiled else kernel
+    torch._dynamo.reset()  # one compiled kernel per (kernel, tree, dtype) in this worker: past dynamo's recompile limit
     for tree in (Tree.chain(0), Tree((-1, 0, 0, 1, 2)), Tree((-1, 0, 0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))):
         T = len(tree)
         past_k, past_v, q, k, v = rnd(Hkv, n0, d), rnd(Hkv, n0, d), rnd(H, T, d), rnd(Hkv, T, d), rnd(Hkv, T, d)
@@ -43,7 +44,7 @@ def test_attention_over_a_bfloat16_cache_matches_the_float32_kernels(compiled, n
         for dtype in (torch.bfloat16, torch.float32):
             kc, vc = torch.zeros(Hkv, 48, d, dtype=dtype), torch.zeros(Hkv, 48, d, dtype=dtype)
             kc[:, :n0], vc[:, :n0] = past_k, past_v
-            out[dtype] = fn(q.to(dtype), k.to(dtype), v.to(dtype), kc, vc, slots, mask, narrow).float()
+            out[dtype] = fn(q.to(dtype), k.to(dtype), v.to(dtype), kc, vc, slots, mask).float()
             assert torch.equal(kc[:, n0:n0 + T].float(), k.float()) and not kc[:, n0 + T:].any()
         assert out[torch.bfloat16].shape == (T, H * d)
         torch.testing.assert_close(out[torch.bfloat16], out[torch.float32], rtol=0, atol=3e-2)
@@ -156,7 +157,7 @@ def test_smollm2_prefill_matches_transformers(smol, first_questions):
 
 def test_second_load_reuses_the_converted_weights(smol):
     """Once converted, the default model is read from the cache: nothing is converted again."""
-    from specharness.target import _converted_default
+    from specharness.model.loading import _converted_default
     first = _converted_default()
     stamp = (first / "model.safetensors").stat().st_mtime_ns
     again = TargetModel.load()
@@ -190,7 +191,7 @@ def test_a_kernel_that_cannot_build_leaves_sdpa_with_a_one_line_note(monkeypatch
     monkeypatch.setattr(narrow_attention.torch.cpu, "_is_avx512_bf16_supported", lambda: True)
     monkeypatch.setattr(cpp_extension, "load", fail)
     target = TargetModel.tiny("llama", vocab_size=32, n_layers=1, hidden_size=128, n_heads=2, n_kv_heads=1, dtype="bfloat16")
-    assert not target.backend.stack.narrow and not target.kernel_flags()["narrow_attention"]
+    assert not target.attention.narrow and not target.kernel_flags()["narrow_attention"]
     lines = [ln for ln in capsys.readouterr().err.splitlines() if "narrow attention" in ln and "unavailable" in ln]
     assert lines == ["engine: narrow attention kernel unavailable: its build failed (RuntimeError: Error building "
                      "extension 'specharness_narrow_attention'); SDPA serves every width"]

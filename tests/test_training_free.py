@@ -14,7 +14,7 @@ from specharness.errors import UsageError
 from specharness.methods.vanilla import NoDraft
 from specharness.plugins import build_registry
 from specharness.runner import build_method
-from specharness.target import TargetModel
+from specharness.model import TargetModel
 from specharness.verify import greedy, speculative_sampling
 
 METHODS = {"pld": ["branches=1", "branches=3"], "recycling": ["nodes=15", "nodes=7:top_k=4"],

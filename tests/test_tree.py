@@ -11,7 +11,7 @@ import torch
 from specharness.distributions import chi_square, exact_sequence_distribution, marginal
 from specharness.engine import Proposal, generate
 from specharness.methods.vanilla import NoDraft
-from specharness.target import TargetModel
+from specharness.model import TargetModel
 from specharness.tree import Tree
 from specharness.verify import Acceptance, greedy, speculative_sampling, target_probs
 

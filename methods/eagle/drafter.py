@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import torch
 
-from specharness.engine import DecodeState, Proposal, Verified
+from specharness.api import DecodeState, Proposal, Verified
 from specharness.options import OptionSpec
-from specharness.target import TargetModel, attention_mask
+from specharness.model import TargetModel, attention_mask
 from specharness.tree import Tree
 
 from .checkpoint import load_head, resolve_head_path

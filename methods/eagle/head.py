@@ -2,8 +2,8 @@
 
 At position t it reads the embedding of token x_{t+1} and the target's feature f_t (its final
 hidden state after the final norm, the state the LM head reads) through a linear layer
-(2H -> H), then one decoder layer of the target's shape (attention with the target's head layout
-and rotary embedding, its own one-layer KV cache, SwiGLU feed-forward) and an RMSNorm (started
+(2H -> H), then one decoder layer of the target's shape (``specharness.model.decoder_layer``, the target's own layer code: attention with the
+target's head layout and rotary embedding, its own one-layer KV cache, SwiGLU feed-forward) and an RMSNorm (started
 from the target's final norm, since the features it predicts are normed), and predicts f_{t+1}; the
 target's own LM head (shared, never copied; optionally restricted to a draft vocabulary) turns
 that into the draft distribution of x_{t+2}. Drafting deeper feeds the head its own predictions.
@@ -12,10 +12,9 @@ that into the draft distribution of x_{t+2}. Drafting deeper feeds the head its 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from specharness.target import KVCache, TargetModel, attend, rms_norm, rotary
+from specharness.model import AttentionWeights, KVCache, LayerWeights, TargetModel, decoder_layer, rms_norm
 
 
 class EagleHead(nn.Module):
@@ -61,13 +60,8 @@ class EagleHead(nn.Module):
                 slots: torch.Tensor, mask: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Predicted features [N, H] for N inputs (token embeddings and features [N, H]) at
         ``positions``, written to ``cache`` slots, attending where ``mask`` [N, slots] allows."""
-        s = self.shape
-        N, H, Hkv, d = emb.shape[0], s["n_heads"], s["n_kv"], s["head_dim"]
         h = self.fc(torch.cat([emb, feat], dim=-1))
-        q, k, v = F.linear(rms_norm(h, self.ln1, self.eps), self.wqkv).split([H * d, Hkv * d, Hkv * d], dim=-1)
+        layer = LayerWeights(self.ln1, AttentionWeights(self.wqkv, None, self.wo), self.ln2, self.w_gate_up, self.w_down)
         cos, sin = target.rope_at(positions)
-        o = attend(rotary(q.view(N, H, d).transpose(0, 1), cos, sin), rotary(k.view(N, Hkv, d).transpose(0, 1), cos, sin),
-                   v.view(N, Hkv, d).transpose(0, 1), cache.k[0], cache.v[0], slots, mask)
-        h = h + F.linear(o, self.wo)
-        h = h + target.mlp(rms_norm(h, self.ln2, self.eps), self.w_gate_up, self.w_down)
+        h = decoder_layer(h, layer, target.shape, self.eps, cos, sin, cache.k[0], cache.v[0], slots, mask, target.attention)
         return rms_norm(h, self.out_norm, self.eps)

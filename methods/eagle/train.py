@@ -32,7 +32,7 @@ from specharness import selfdistill as sd
 from specharness import training
 from specharness.options import OptionSpec
 from specharness.paths import cache_root, model_slug
-from specharness.target import TargetModel, attention_mask
+from specharness.model import TargetModel, attention_mask
 from specharness.tree import Tree
 
 from .checkpoint import save_head

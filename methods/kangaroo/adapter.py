@@ -2,7 +2,7 @@
 
 Parameter names are the authors' (``layers.0.self_attn.{q,k,v,o}_proj.weight``,
 ``layers.0.input_layernorm.weight``, ``norm.weight``), so their checkpoints load unchanged. The
-block runs through ``TargetModel.attention`` with its own one-layer cache: the target's rotary
+block runs through ``TargetModel.attention_block`` with its own one-layer cache: the target's rotary
 embedding and attention code, never a copy.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from specharness.target import AttentionWeights, TargetModel, rms_norm
+from specharness.model import AttentionWeights, TargetModel, rms_norm
 
 
 class _Linear(nn.Module):
@@ -64,7 +64,7 @@ class AdapterWeights:
 
 
 class Adapter(nn.Module):
-    """RMSNorm -> attention (target layout) -> residual -> RMSNorm; runs through target.attention.
+    """RMSNorm -> attention (target layout) -> residual -> RMSNorm; runs through target.attention_block.
 
     Two ablation variants (paper Table 2), both off in the method as published: ``ffn_dim`` adds
     a SwiGLU feed-forward block after the attention (through ``target.mlp``), ``head_rows`` gives
@@ -162,7 +162,7 @@ class Adapter(nn.Module):
         """Adapter output (normed, ready for the LM head) for positions [start, start + len(x))."""
         w = w or self.weights()
         L0 = self.layers[0]
-        h = x + target.attention(rms_norm(x, L0.input_layernorm.weight, self.eps), w.attn, cache, 0, start,
+        h = x + target.attention_block(rms_norm(x, L0.input_layernorm.weight, self.eps), w.attn, cache, 0, start,
                                  target.rope(start, x.shape[0]))
         if w.mlp is not None:
             h = h + target.mlp(rms_norm(h, L0.post_attention_layernorm.weight, self.eps), *w.mlp)

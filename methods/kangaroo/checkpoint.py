@@ -18,7 +18,7 @@ import torch
 from specharness.checkpoint import read_state_dict
 from specharness.errors import UsageError
 from specharness.paths import model_slug
-from specharness.target import TargetModel
+from specharness.model import TargetModel
 
 from .adapter import Adapter
 

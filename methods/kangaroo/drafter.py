@@ -33,10 +33,10 @@ from pathlib import Path
 
 import torch
 
-from specharness.engine import DecodeState, Proposal
+from specharness.api import DecodeState, Proposal
 from specharness.errors import UsageError
 from specharness.options import OptionSpec, resolve_options
-from specharness.target import TargetModel
+from specharness.model import TargetModel
 from specharness.training import checkpoint_summary
 
 from .adapter import Adapter

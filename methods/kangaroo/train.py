@@ -35,7 +35,7 @@ from specharness import training
 from specharness.errors import UsageError
 from specharness.options import OptionSpec
 from specharness.paths import cache_root, model_slug
-from specharness.target import TargetModel
+from specharness.model import TargetModel
 
 from .adapter import Adapter
 from .checkpoint import adapter_config, load_adapter, save_adapter

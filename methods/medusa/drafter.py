@@ -22,7 +22,7 @@ Heads come from ``-o heads_path=...``:
   * ``random``: seeded untrained heads (random residual blocks, the target's shared LM head), for
     losslessness tests: the output must not depend on the heads.
   * empty (default): the heads ``python -m specharness train medusa`` cached for this target
-    under ``specharness.target.cache_root()/medusa/<model>``; if there are none, the run stops
+    under ``specharness.model.cache_root()/medusa/<model>``; if there are none, the run stops
     with a one-line message that says how to train them.
 """
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from specharness.engine import DecodeState, Proposal
+from specharness.api import DecodeState, Proposal
 from specharness.errors import UsageError
 from specharness.options import OptionSpec
 

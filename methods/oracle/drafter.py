@@ -17,25 +17,24 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from specharness.engine import DecodeState, generate
+from specharness.api import DecodeState
 from specharness.errors import UsageError
 from specharness.methods.kangaroo import drafter as kangaroo
-from specharness.methods.vanilla import NoDraft
 from specharness.options import resolve_options
-from specharness.target import TargetModel
+from specharness.model import TargetModel
 from specharness.timing import clock_for
-from specharness.verify import greedy
 
 OPTIONS = [o for o in kangaroo.OPTIONS if o.name != "eta"]
 _KEEP = 256  # memoised continuations (prompts) kept per target
 
 
 def target_continuation(target: TargetModel, prompt: list[int], max_new_tokens: int) -> list[int]:
-    """The target's greedy continuation of ``prompt`` (vanilla decoding), memoised."""
+    """The target's greedy continuation of ``prompt`` (``TargetModel.greedy_continuation``: what
+    vanilla decoding emits), memoised."""
     memo: OrderedDict = target.memo.setdefault("oracle-continuations", OrderedDict())
     key = (tuple(prompt), max_new_tokens)
     if key not in memo:
-        memo[key] = generate(target, NoDraft(), greedy, list(prompt), max_new_tokens).token_ids
+        memo[key] = target.greedy_continuation(list(prompt), max_new_tokens)
         while len(memo) > _KEEP:
             memo.popitem(last=False)
     return memo[key]

@@ -12,7 +12,6 @@ the timings (``cache_root()/engine/``). ``python -m specharness profile`` measur
 from __future__ import annotations
 
 import json
-import os
 import platform
 import statistics
 import sys
@@ -22,14 +21,12 @@ from pathlib import Path
 
 import torch
 
-from .errors import UsageError, exception_line
-from .paths import cache_root, model_slug, write_text_atomic
+from ..engine_options import COMPILE_CHOICES, DTYPE_CHOICES, PIN_ENV, EngineOptions
+from ..errors import UsageError, exception_line
+from ..paths import cache_root, model_slug, write_text_atomic
 
 CANDIDATES = (("float32", "none"), ("bfloat16", "none"), ("float32", "default"), ("bfloat16", "default"),
               ("bfloat16", "max-autotune"))
-DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
-COMPILE_CHOICES = ("auto", "none", "default", "max-autotune")
-PIN_ENV = "SPECHARNESS_ENGINE"  # DTYPE/MODE: pins what "auto" means (tests pin float32/none)
 
 
 @dataclass(frozen=True)
@@ -146,26 +143,22 @@ def measure(load, model: str, device: str, threads: int, candidates=None, log=pr
     best = min(rows, key=lambda r: r["step_ms"])
     return {"model": model, "device": device, "threads": threads, "machine": machine_key(model, device, threads),
             "chosen": {"dtype": best["dtype"], "compile": best["compile"]}, "candidates": rows,
-            "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "by": "specharness.kernels.measure"}
+            "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "by": "specharness.model.engine_choice.measure"}
 
 
-def choose(dtype: str, compile_mode: str, model: str, device: str, threads: int, load) -> EngineConfig:
-    """The configuration a run uses: what the flags say, else the cached measurement, else measure now."""
+def choose(dtype: str, compile_mode: str, model: str, device: str, threads: int, load,
+           options: EngineOptions | None = None) -> EngineConfig:
+    """The configuration a run uses: what the flags say, else what ``options.pinned``
+    ($SPECHARNESS_ENGINE) says, else the cached measurement, else measure now."""
     if dtype not in DTYPE_CHOICES:
         raise UsageError(f"unknown --dtype '{dtype}'; choose one of {', '.join(DTYPE_CHOICES)}")
     if compile_mode not in COMPILE_CHOICES:
         raise UsageError(f"unknown --compile '{compile_mode}'; choose one of {', '.join(COMPILE_CHOICES)}")
     if dtype != "auto" and compile_mode != "auto":
         return EngineConfig(dtype, compile_mode, "asked")
-    pinned = os.environ.get(PIN_ENV)
+    pinned = (options or EngineOptions.from_env()).pinned
     if pinned:
-        try:
-            p_dtype, p_mode = pinned.split("/")
-        except ValueError:
-            raise UsageError(f"${PIN_ENV}={pinned!r}: write DTYPE/MODE, e.g. float32/none") from None
-        if p_dtype not in DTYPE_CHOICES[1:] or p_mode not in COMPILE_CHOICES[1:]:
-            raise UsageError(f"${PIN_ENV}={pinned!r}: DTYPE one of {', '.join(DTYPE_CHOICES[1:])}, MODE one of "
-                             f"{', '.join(COMPILE_CHOICES[1:])}")
+        p_dtype, p_mode = pinned
         return EngineConfig(p_dtype if dtype == "auto" else dtype, p_mode if compile_mode == "auto" else compile_mode,
                             f"${PIN_ENV}")
     record = load_choice(model, device, threads)

@@ -1,6 +1,6 @@
 """Attention of a few to 64 positions over a bfloat16 K/V cache: a C++ kernel of our own.
 
-Why: past one position, ``attend`` took SDPA's CPU flash kernel, and that was most of what a
+Why: past one position, ``attention took SDPA's CPU flash kernel, and that was most of what a
 forward over 8 positions cost beyond a one-position step (width 8 / width 1 was 1.18 in
 ``results/smollm2-cpu-xeon-profile-v4``). For 24 query rows over a few hundred slots its
 oneDNN calls per block cost ~50 us a layer, more with the cache cold behind the layer's weights.
@@ -13,7 +13,7 @@ and the weighted sum, and merges the chunks per row. It has two paths:
   alone, 30 layers, cold behind their weights (``results/smollm2-cpu-xeon-profile-v6/attention_amx_ab.txt``):
   width 32 over 288 slots 3.8-4.0 ms with SDPA, 2.2-2.5 here; it serves up to ``AMX_WIDTH``.
 - **AVX512-BF16** dot products for the scores and float32 FMAs for the weighted sum, for a few rows
-  (and every width up to ``FMA_WIDTH`` where there is no AMX, or ``ENV`` says ``avx512``; SDPA
+  (and every width up to ``FMA_WIDTH`` where there is no AMX, or ``EngineOptions.narrow_attention`` is ``avx512``; SDPA
   serves wider): width 8 of the full model 17.98 ->
   17.50 ms at context 256 (``results/smollm2-cpu-xeon-profile-v5/narrow_attention_ab.txt``); its
   FMAs lose to SDPA's AMX GEMMs past 16 positions.
@@ -24,7 +24,7 @@ registered as ``torch.ops.specharness.narrow_attention`` with a fake kernel, so 
 of a static width call it as one extern op (the dynamic-width graph of prefills keeps SDPA: a width
 test there would be a guard, and a prompt on its other side a recompile while timing). Where it cannot be used (no AVX512-BF16, another head size, no compiler,
 a failed build: one line on stderr says which), ``available`` is False and ``attend`` keeps SDPA.
-``SPECHARNESS_NARROW_ATTENTION=0`` switches it off; ``=avx512`` keeps it off AMX.
+``EngineOptions.narrow_attention`` (``SPECHARNESS_NARROW_ATTENTION=0``) switches it off; ``avx512`` keeps it off AMX.
 """
 
 from __future__ import annotations
@@ -36,10 +36,9 @@ from pathlib import Path
 
 import torch
 
-from .errors import exception_line
-from .paths import cache_root
+from ...errors import exception_line
+from ...paths import cache_root
 
-ENV = "SPECHARNESS_NARROW_ATTENTION"
 AMX_WIDTH = 64  # the widest forward the AMX path takes (the profile's widest; a prefill keeps SDPA's blocked kernel)
 FMA_WIDTH = 8  # ... and the AVX512-BF16 path: at 16 it only ties SDPA, whose AMX GEMMs win wider
 AMX_ROWS = 9  # query rows per key/value head from which AMX serves: more than half of a 16-row tile
@@ -80,9 +79,10 @@ def _fake(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bias: t
     return q.new_empty(q.shape, dtype=torch.float32)
 
 
-def available(device: torch.device, head_dim: int) -> bool:
-    """Whether ``attend`` may call the kernel here (building it on the first ask)."""
-    if device.type != "cpu" or head_dim not in HEAD_DIMS or os.environ.get(ENV, "1") == "0":
+def available(device: torch.device, head_dim: int, mode: str = "on") -> bool:
+    """Whether attention may call the kernel here (building it on the first ask); ``mode`` is
+    ``EngineOptions.narrow_attention`` ("off": never)."""
+    if device.type != "cpu" or head_dim not in HEAD_DIMS or mode == "off":
         return False
     if "loaded" not in _state:
         why = _build()
@@ -92,11 +92,11 @@ def available(device: torch.device, head_dim: int) -> bool:
     return bool(_state["loaded"])
 
 
-def kind() -> str:
+def kind(mode: str = "on") -> str:
     """The path a target made now takes: "amx" where the CPU has AMX and the OS grants this process
-    its tile state (``torch.cpu._init_amx`` asks Linux once), unless ``ENV`` says ``avx512``; else
+    its tile state (``torch.cpu._init_amx`` asks Linux once), unless ``mode`` is "avx512"; else
     "avx512-bf16"."""
-    return "amx" if os.environ.get(ENV, "1") != "avx512" and torch.cpu._init_amx() else "avx512-bf16"
+    return "amx" if mode != "avx512" and torch.cpu._init_amx() else "avx512-bf16"
 
 
 def max_width(kind: str) -> int:

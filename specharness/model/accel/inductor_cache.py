@@ -22,13 +22,12 @@ process hits and gets the first's logits bit for bit, and with the hook off the 
 
 It replaces two private functions of ``torch._inductor.codecache``. Where they are missing (another
 torch), nothing changes and graphs with packed weights are simply not cached.
-``SPECHARNESS_CACHE_PREPACKED=0`` switches it off.
+``EngineOptions.cache_prepacked`` (``SPECHARNESS_CACHE_PREPACKED=0``) switches it off.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 
 import torch
 
@@ -42,12 +41,13 @@ def weights_digest(t: torch.Tensor) -> str:
     return hashlib.blake2b(dense.view(torch.uint8).numpy(), digest_size=16).hexdigest()
 
 
-def cache_prepacked_graphs() -> bool:
-    """Install the two hooks once per process; True when frozen graphs are cached by value."""
+def cache_prepacked_graphs(enabled: bool = True) -> bool:
+    """Install the two hooks once per process; True when frozen graphs are cached by value
+    (``enabled``: ``EngineOptions.cache_prepacked``)."""
     global _installed
     if _installed:
         return True
-    if os.environ.get("SPECHARNESS_CACHE_PREPACKED", "1") == "0":
+    if not enabled:
         return False
     try:
         from torch._inductor import codecache

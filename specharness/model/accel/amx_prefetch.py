@@ -18,20 +18,18 @@ before graphs compile, and registers a no-op post-grad pass whose ``uuid`` names
 FX graph cache keys (and AOT autograd's, built on them) include that uuid, so graphs compiled with
 and without it never share a cache entry. On a CPU without AMX, or where torch's template text
 differs (another torch), nothing changes and ``install`` says False.
-``SPECHARNESS_AMX_PREFETCH=0`` switches it off.
+``EngineOptions.amx_prefetch`` (``SPECHARNESS_AMX_PREFETCH=0``) switches it off.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 
 # k-steps (32 elements of K each) ahead, and the cache level, by the kernel's row count: the 16-row
 # kernel (up to 16 positions) only streams weights and wants them in L1 soon; the 32-row kernel
 # multiplies twice as long per tile and does best asking for them in L2 further ahead
 # (amx_prefetch_sweep.txt: one position 4 k-steps to L1, 32 positions 8 k-steps to L2)
 NARROW, WIDE = ("4", "_MM_HINT_T0"), ("8", "_MM_HINT_T1")
-ENV = "SPECHARNESS_AMX_PREFETCH"
 _UUID = "specharness-amx-prefetch"
 _ANCHOR = "    auto compute = [&](int k) {\n"
 _HINT = (
@@ -59,14 +57,15 @@ def patched(template: str) -> str | None:
     return template.replace(_ANCHOR, _HINT)
 
 
-def install() -> bool:
-    """Edit the template once per process; True when compiled AMX GEMMs prefetch."""
+def install(enabled: bool = True) -> bool:
+    """Edit the template once per process; True when compiled AMX GEMMs prefetch (``enabled``:
+    ``EngineOptions.amx_prefetch``)."""
     global _installed
+    if not enabled:  # the edit is process-wide: a target made after it with prefetch off still reads it
+        return False
     if _installed is not None:
         return _installed
     _installed = False
-    if os.environ.get(ENV, "1") == "0":
-        return False
     try:
         import torch
         if not torch.cpu._is_amx_tile_supported():

@@ -1,0 +1,95 @@
+"""Every switch of the engine in one typed record, read from the environment in one place.
+
+Why one place: a switch read deep inside a module (a kernel, a compile backend) is global state
+that no result header sees and no caller can override. Here the environment is read once
+(``EngineOptions.from_env``), the record is passed to the model as it is built, and
+``record()`` goes into every result header and profile row. Tests and A/Bs build the record
+they want directly (``EngineOptions(narrow_attention="off")``) instead of setting variables.
+
+| variable | field | values |
+|---|---|---|
+| SPECHARNESS_ENGINE | ``pinned`` | DTYPE/MODE: what ``--dtype auto --compile auto`` mean |
+| SPECHARNESS_NARROW_ATTENTION | ``narrow_attention`` | 1 (default: the best path here), 0 (off), avx512 (never AMX) |
+| SPECHARNESS_AMX_PREFETCH | ``amx_prefetch`` | 1 (default), 0 |
+| SPECHARNESS_CPP_WRAPPER | ``cpp_wrapper`` | 1 (default), 0 |
+| SPECHARNESS_CACHE_PREPACKED | ``cache_prepacked`` | 1 (default), 0 |
+
+Inductor's own ``TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED`` and
+``TORCHINDUCTOR_MAX_AUTOTUNE_REPORT_CHOICES_STATS``, when the user sets them, keep max-autotune's
+tables (``quiet_autotune`` False); otherwise they are silenced.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+from .errors import UsageError
+
+DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
+COMPILE_CHOICES = ("auto", "none", "default", "max-autotune")
+NARROW_CHOICES = ("on", "off", "avx512")
+
+PIN_ENV = "SPECHARNESS_ENGINE"
+NARROW_ENV = "SPECHARNESS_NARROW_ATTENTION"
+PREFETCH_ENV = "SPECHARNESS_AMX_PREFETCH"
+CPP_WRAPPER_ENV = "SPECHARNESS_CPP_WRAPPER"
+PREPACKED_ENV = "SPECHARNESS_CACHE_PREPACKED"
+INDUCTOR_TABLES_ENV = ("TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED", "TORCHINDUCTOR_MAX_AUTOTUNE_REPORT_CHOICES_STATS")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """The engine's switches; the defaults are the fastest configuration measured here."""
+
+    pinned: tuple[str, str] | None = None  # (dtype, mode) that "auto" means, or None: measure
+    narrow_attention: str = "on"  # our C++ attention kernel: on (AMX where granted), off, avx512
+    amx_prefetch: bool = True  # the AMX GEMM template prefetches its weight tiles
+    cpp_wrapper: bool = True  # compiled graphs' wrapper code in C++
+    cache_prepacked: bool = True  # frozen graphs cached by weight digest (a second process reads them)
+    quiet_autotune: bool = True  # silence max-autotune's per-GEMM tables
+
+    def __post_init__(self) -> None:
+        if self.narrow_attention not in NARROW_CHOICES:
+            raise UsageError(f"narrow_attention '{self.narrow_attention}': choose one of {', '.join(NARROW_CHOICES)}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "EngineOptions":
+        """The options the environment asks for (``os.environ`` unless ``env`` is given); a bad
+        value is one line naming the variable and what it takes."""
+        env = os.environ if env is None else env
+        narrow = {"1": "on", "0": "off", "avx512": "avx512"}.get(env.get(NARROW_ENV, "1"))
+        if narrow is None:
+            raise UsageError(f"${NARROW_ENV}={env[NARROW_ENV]!r}: write 1, 0 or avx512")
+        return cls(pinned=parse_pin(env.get(PIN_ENV)), narrow_attention=narrow,
+                   amx_prefetch=_flag(env, PREFETCH_ENV), cpp_wrapper=_flag(env, CPP_WRAPPER_ENV),
+                   cache_prepacked=_flag(env, PREPACKED_ENV),
+                   quiet_autotune=not any(name in env for name in INDUCTOR_TABLES_ENV))
+
+    def record(self) -> dict:
+        """For result headers and profile rows."""
+        out = asdict(self)
+        out["pinned"] = "/".join(self.pinned) if self.pinned else None
+        return out
+
+
+def parse_pin(value: str | None) -> tuple[str, str] | None:
+    """``DTYPE/MODE`` as a pair; None for unset or empty."""
+    if not value:
+        return None
+    try:
+        dtype, mode = value.split("/")
+    except ValueError:
+        raise UsageError(f"${PIN_ENV}={value!r}: write DTYPE/MODE, e.g. float32/none") from None
+    if dtype not in DTYPE_CHOICES[1:] or mode not in COMPILE_CHOICES[1:]:
+        raise UsageError(f"${PIN_ENV}={value!r}: DTYPE one of {', '.join(DTYPE_CHOICES[1:])}, MODE one of "
+                         f"{', '.join(COMPILE_CHOICES[1:])}")
+    return dtype, mode
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    value = env.get(name, "1")
+    if value not in ("0", "1"):
+        raise UsageError(f"${name}={value!r}: write 1 or 0")
+    return value == "1"

@@ -1,0 +1,156 @@
+"""Running the layer stack: op by op (``EagerBackend``) or as compiled graphs (``CompiledBackend``).
+
+A backend takes one typed ``ForwardRequest`` (what ``TargetModel.forward`` prepared: inputs,
+positions, slots, the attention bias, the layer range's caches) and returns the stack's
+(hidden, logits, captured). The compiled backend's process-wide compiler settings (dynamo's cache
+limits, inductor freezing, the C++ wrapper, the CPU accelerator pieces) come from the
+``EngineOptions`` it is given, and are set here alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from ..engine_options import EngineOptions
+from .accel import amx_prefetch
+from .accel.inductor_cache import cache_prepacked_graphs
+from .stack import DecoderStack, Skip
+
+COMPILE_MODES = ("none", "default", "max-autotune")
+WIDTH_BUCKETS = (1, 8, 16, 32, 64)  # static compiled widths (padded) for verification; prefills: one dynamic graph
+
+
+def bucket(T: int) -> int:
+    """The narrowest width bucket that holds T positions (T itself past the widest)."""
+    return next((w for w in WIDTH_BUCKETS if w >= T), T)
+
+
+@dataclass
+class ForwardRequest:
+    """One forward of layers [a, b) over T positions (padded to the backend's width)."""
+
+    x: torch.Tensor  # token ids [T] (a = 0) or hidden states [T, H] entering layer a
+    positions: torch.Tensor  # [T] rotary positions
+    slots: torch.Tensor  # [T] cache slots written
+    bias: torch.Tensor  # [T, slots] additive attention bias in the cache's dtype
+    k_caches: list[torch.Tensor]  # layers [a, b)'s keys
+    v_caches: list[torch.Tensor]
+    a: int
+    b: int
+    head: bool  # end with the final norm and the LM head
+    capture: tuple[int, ...] = ()  # layers whose output states to hand back
+    skip: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
+    prefill: bool = False  # a prompt: the dynamic-width graph when compiled
+
+
+class GraphKey(NamedTuple):
+    """What one compiled graph is specialised on."""
+
+    a: int  # first decoder layer
+    b: int  # one past the last
+    head: bool  # ends with the final norm and LM head
+    capture: tuple[int, ...]  # layers whose hidden states it hands back
+    ids: bool  # takes token ids (embeds them) rather than hidden states
+    skip: Skip
+    width: int | str  # positions (a bucket), or "wide" (one dynamic-width graph)
+
+    def describe(self) -> str:
+        return (f"layers {self.a}-{self.b}{' +head' if self.head else ''}"
+                f"{' skipping' if self.skip != ((), ()) else ''}, width {self.width}")
+
+
+class EagerBackend:
+    """The stack as written, op by op."""
+
+    compiled = False
+    mode = "none"
+    amx_prefetch = False  # the AMX GEMM template's weight prefetch is in its graphs (accel.amx_prefetch)
+    cpp_wrapper = False  # inductor's wrapper code (the calls between kernels) is C++, not Python
+
+    def __init__(self, stack: DecoderStack) -> None:
+        self.stack = stack
+        self.graphs: set[GraphKey] = set()  # every graph compiled
+        self.used: set[GraphKey] = set()  # the graphs called since the caller last cleared it (warm-up, per method)
+        self.compile_s = 0.0
+        self.on_new_graph: Callable[[GraphKey], None] | None = None  # told before each compile (a progress line)
+
+    def width(self, T: int, prefill: bool = False) -> int:
+        return T
+
+    def __call__(self, r: ForwardRequest) -> tuple:
+        return self.stack(r.x, r.positions, r.slots, r.bias, r.k_caches, r.v_caches, r.a, r.b, r.head, r.capture, r.skip)
+
+
+def _forward_wide(stack: DecoderStack, *args):
+    """A second entry point (its own code object, so its own graph cache) for prefills and widths
+    past the static buckets: compiled once with a dynamic width."""
+    return stack(*args)
+
+
+class CompiledBackend(EagerBackend):
+    """``torch.compile`` of the whole range [a, b) as one graph. On CPU inductor freezes the weights
+    (constant-folded and prepacked for oneDNN). A round's forward, up to ``static_top`` positions (the
+    bucket of the widest verification a run asks for: ``TargetModel.expect_widths``), is padded to a
+    bucket, so those graphs have static shapes except the context length; prefills and
+    anything wider share one dynamic-width graph per layer range. Every graph is a minute of
+    compiling per run, so no prompt length gets a graph of its own. ``graphs`` records every
+    (range, head, capture, width) compiled, so warm-up can compile them all before timing starts."""
+
+    compiled = True
+
+    def __init__(self, stack: DecoderStack, mode: str, device: torch.device, options: EngineOptions) -> None:
+        import torch._dynamo
+        super().__init__(stack)
+        self.mode = mode
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
+        torch._dynamo.config.accumulated_cache_size_limit = max(torch._dynamo.config.accumulated_cache_size_limit, 1024)
+        torch._dynamo.config.automatic_dynamic_shapes = False  # widths stay static: one graph per bucket
+        import torch._inductor.config as inductor_config
+        if options.quiet_autotune:  # max-autotune's per-GEMM tables would flood the terminal
+            inductor_config.autotune_num_choices_displayed = 0
+            inductor_config.max_autotune_report_choices_stats = False
+        if device.type == "cpu":
+            inductor_config.freezing = True
+            cache_prepacked_graphs(options.cache_prepacked)  # a second run reads its graphs from inductor's disk cache
+            self.amx_prefetch = mode == "max-autotune" and amx_prefetch.install(options.amx_prefetch)
+            # the calls between kernels in C++: a graph's Python wrapper cost 0.75 ms of a width-1 step
+            # and 1.6 ms at width 8, where attention is an extern SDPA call (results/smollm2-cpu-xeon-profile-v4)
+            self.cpp_wrapper = inductor_config.cpp_wrapper = options.cpp_wrapper
+        compile_mode = None if mode == "default" else ("max-autotune-no-cudagraphs" if device.type == "cpu" else mode)
+        if device.type == "cuda" and mode == "default":
+            compile_mode = "reduce-overhead"  # CUDA graphs: the static widths replay without launch overhead
+        self.static_top = 1  # widest static bucket; expect_widths raises it to what verification needs
+        self.narrow = torch.compile(stack, fullgraph=True, mode=compile_mode)
+        self.wide = torch.compile(_forward_wide, fullgraph=True, dynamic=True)
+
+    def _static(self, T: int, prefill: bool) -> bool:
+        # a one-position prefill takes the static graph: a dynamic dimension of size 1 would specialise
+        return T <= self.static_top and not (prefill and T > 1)
+
+    def width(self, T: int, prefill: bool = False) -> int:
+        return bucket(T) if self._static(T, prefill) else T
+
+    def __call__(self, r: ForwardRequest) -> tuple:
+        T = r.x.shape[0]
+        if r.bias.shape[1] > 1:
+            torch._dynamo.mark_dynamic(r.bias, 1)  # the context grows every round
+        static = self._static(T, r.prefill)
+        key = GraphKey(r.a, r.b, r.head, r.capture, r.x.dtype == torch.long, r.skip, T if static else "wide")
+        self.used.add(key)
+        started = time.perf_counter() if key not in self.graphs else None
+        if started is not None and self.on_new_graph is not None:
+            self.on_new_graph(key)
+        # layer sets as frozensets: under dynamic=True dynamo makes the ints of a tuple symbolic, and
+        # ``i in (0, 1)`` is then False for every i (torch 2.13), so the wide graph captured nothing
+        capture, skip = frozenset(r.capture), (frozenset(r.skip[0]), frozenset(r.skip[1]))
+        args = (r.x, r.positions, r.slots, r.bias, r.k_caches, r.v_caches, r.a, r.b, r.head, capture, skip)
+        out = self.narrow(*args) if static else self.wide(self.stack, *args, True)
+        if started is not None:  # a new graph: this call compiled it
+            self.graphs.add(key)
+            self.compile_s += time.perf_counter() - started
+        return out

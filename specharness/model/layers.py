@@ -1,0 +1,186 @@
+"""The decoder's building blocks, shared by the target's layer stack and by drafter heads.
+
+RMSNorm, rotary embedding, the attention bias, the attention kernels (``Attention``: chosen once
+when a model is built) and ``decoder_layer``, the public helper that runs one LLaMA-family layer
+over any weights of the target's layout: the target's own layers (``stack.DecoderStack``), EAGLE's
+draft layer and Kangaroo's adapter block run this same code, never a copy of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from ..tree import Tree
+from .accel import narrow_attention
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm computed as transformers does (statistics in float32, scale in the model dtype).
+
+    In float32 torch's fused kernel gives the same values with one dispatch instead of six."""
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, weight.shape, weight, eps)
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of [heads, T, d] at the positions whose cos/sin rows are given."""
+    h = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
+
+
+def attention_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A bool mask (True = may attend) as the additive bias attention adds to its scores: 0 or -inf.
+
+    ``TargetModel.forward`` makes it once per forward, outside any compiled graph, and every layer
+    adds it: inductor's CPU loops load a bool mask slowly (scaling, selecting under the mask and
+    softmax of [9, 32, 288] scores took 142 us compiled, 58 us adding a float mask instead:
+    ``results/smollm2-cpu-xeon-profile/softmax_ab.txt``)."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, float("-inf"))
+
+
+class HeadShape(NamedTuple):
+    """How attention splits a hidden state: query heads, key/value heads, head size."""
+
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+
+
+@dataclass(frozen=True)
+class Attention:
+    """The attention kernels of one model, chosen once, when the model is built: ``narrow`` names
+    the path of our own C++ kernel that serves its narrow forwards ("amx", "avx512-bf16", or ""
+    where it does not serve: no AVX512-BF16, another head size, a float32 cache, switched off).
+    Per call, only a forward's width (and whether it runs inside a compiled graph) picks among them.
+
+    ``__call__`` writes k, v ([kv heads, T, d]) into cache slots, then attends q ([heads, T, d])
+    over the first ``bias.shape[1]`` slots under ``bias`` ([T, slots]: a bool mask, True = may
+    attend, or the additive bias of ``attention_bias`` in the cache's dtype). Grouped-query heads
+    share their key/value head, never repeated (the query heads of one group are rows of one
+    matrix). The cache holds the weights' dtype; scores and softmax run in float32; the result is
+    [T, heads * d] in q's dtype.
+
+    Kernels, by measurement on CPU (30 SmolLM2 layers of attention alone, compiled max-autotune:
+    ``results/smollm2-cpu-xeon-profile-v4/attention_ab.txt``; the history is docs/engine-performance.md):
+    - one position, inside a compiled graph, is a multiply-and-sum that inductor fuses into one
+      loop reading the cache in place (context 288: 0.74 ms from a bfloat16 cache, 0.88 from
+      float32); eager, SDPA where our kernel does not serve;
+    - otherwise up to ``narrow_attention.max_width(narrow)`` positions over a bfloat16 cache, our
+      kernel (``accel.narrow_attention``; never in the dynamic-width graph of prefills, ``wide``):
+      "amx" (64 positions; AMX tiles from 9 query rows per key/value head) or "avx512-bf16" (8);
+    - other forwards over a bfloat16 or float16 cache take SDPA, whose CPU flash kernel multiplies
+      on AMX with a fused softmax, each group's query heads folded into the rows of one head; over
+      a float32 cache, two bmm (as fast as float32 SDPA there).
+    """
+
+    narrow: str = ""
+
+    @classmethod
+    def choose(cls, kv_dtype: torch.dtype, device: torch.device, head_dim: int, mode: str = "on") -> "Attention":
+        """The kernels for a cache of ``kv_dtype`` on ``device``; ``mode`` is
+        ``EngineOptions.narrow_attention``."""
+        serves = kv_dtype == torch.bfloat16 and narrow_attention.available(device, head_dim, mode)
+        return cls(narrow_attention.kind(mode) if serves else "")
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                 v_cache: torch.Tensor, slots: torch.Tensor, bias: torch.Tensor, wide: bool = False) -> torch.Tensor:
+        out_dtype = q.dtype
+        k_cache.index_copy_(1, slots, k.to(k_cache.dtype))
+        v_cache.index_copy_(1, slots, v.to(v_cache.dtype))
+        H, T, d = q.shape
+        Hkv, n = k_cache.shape[0], bias.shape[-1]
+        g = H // Hkv
+        keys, values = k_cache[:, :n], v_cache[:, :n]
+        bias = bias.to(k_cache.dtype) if bias.is_floating_point() else attention_bias(bias, k_cache.dtype)
+        if T == 1 and torch.compiler.is_compiling():
+            q = q.float().reshape(Hkv, g, d)
+            p = torch.softmax((q.unsqueeze(2) * keys.float().unsqueeze(1)).sum(-1) * d ** -0.5 + bias.float(), dim=-1)
+            return (p.unsqueeze(-1) * values.float().unsqueeze(1)).sum(-2).reshape(1, H * d).to(out_dtype)
+        q = q.to(k_cache.dtype)
+        rows = q.reshape(Hkv, g * T, d)  # a group's query heads as rows of one matrix: K/V read once per group
+        if self.narrow and not wide and T <= narrow_attention.max_width(self.narrow) and k_cache.dtype == torch.bfloat16:
+            o = narrow_attention.narrow_attention(rows, k_cache, v_cache, bias, self.narrow)
+        elif T == 1:
+            return F.scaled_dot_product_attention(rows, keys, values, attn_mask=bias).reshape(1, H * d).to(out_dtype)
+        elif k_cache.dtype != torch.float32:
+            o = F.scaled_dot_product_attention(rows.unsqueeze(0), keys.unsqueeze(0), values.unsqueeze(0),
+                                               attn_mask=bias.repeat(g, 1))
+        else:
+            p = torch.softmax((torch.bmm(rows, keys.transpose(1, 2)) * d ** -0.5).view(Hkv, g, T, n) + bias, dim=-1)
+            o = torch.bmm(p.view(Hkv, g * T, n), values)
+        return o.view(H, T, d).transpose(0, 1).reshape(T, H * d).to(out_dtype)
+
+
+def attention_mask(start: int, tree: Tree, width: int, device) -> torch.Tensor:
+    """[width, start + width] bool: every row sees the committed prefix; tree rows see their
+    ancestors and themselves; padding rows (past the tree) see only themselves."""
+    T = len(tree)
+    m = torch.zeros(width, start + width, dtype=torch.bool, device=device)
+    m[:, :start] = True
+    m[:T, start:start + T] = tree.ancestors_mask(device)
+    if width > T:
+        idx = torch.arange(T, width, device=device)
+        m[idx, start + idx] = True
+    return m
+
+
+@dataclass
+class AttentionWeights:
+    """One attention block's tensors: fused q/k/v projection (and bias, Qwen2) and output."""
+
+    wqkv: torch.Tensor
+    bqkv: torch.Tensor | None
+    wo: torch.Tensor
+
+
+@dataclass
+class LayerWeights:
+    """One decoder layer's tensors (the target's, or a drafter head's of the same layout)."""
+
+    ln1: torch.Tensor
+    attn: AttentionWeights
+    ln2: torch.Tensor
+    w_gate_up: torch.Tensor
+    w_down: torch.Tensor
+
+
+def self_attention(x: torch.Tensor, w: AttentionWeights, shape: HeadShape, cos: torch.Tensor, sin: torch.Tensor,
+                   k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, bias: torch.Tensor,
+                   attention: Attention, wide: bool = False) -> torch.Tensor:
+    """The attention block of a layer on ``x`` (already normed) [T, hidden]: q/k/v projection,
+    rotary embedding at the positions whose ``cos``/``sin`` rows are given, attention over the
+    cache (writing slots ``slots``), and the output projection. No residual."""
+    T, (H, Hkv, d) = x.shape[0], shape
+    q, k, v = F.linear(x, w.wqkv, w.bqkv).split([H * d, Hkv * d, Hkv * d], dim=-1)
+    q = rotary(q.view(T, H, d).transpose(0, 1), cos, sin)
+    k = rotary(k.view(T, Hkv, d).transpose(0, 1), cos, sin)
+    o = attention(q, k, v.view(T, Hkv, d).transpose(0, 1), k_cache, v_cache, slots, bias, wide)
+    return F.linear(o, w.wo)
+
+
+def mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
+    """The SwiGLU feed-forward block (gate and up projections fused)."""
+    gate, up = F.linear(x, w_gate_up).chunk(2, dim=-1)
+    return F.linear(F.silu(gate) * up, w_down)
+
+
+def decoder_layer(h: torch.Tensor, w: LayerWeights, shape: HeadShape, eps: float, cos: torch.Tensor,
+                  sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
+                  bias: torch.Tensor, attention: Attention, skip_attn: bool = False, skip_mlp: bool = False,
+                  wide: bool = False) -> torch.Tensor:
+    """One pre-norm LLaMA-family decoder layer on the hidden states ``h`` [T, hidden]: RMSNorm ->
+    self-attention -> residual, RMSNorm -> SwiGLU -> residual. ``skip_attn``/``skip_mlp`` leave a
+    block out (a layer-skipping self-drafter; a skipped attention writes no K/V)."""
+    if not skip_attn:
+        h = h + self_attention(rms_norm(h, w.ln1, eps), w.attn, shape, cos, sin, k_cache, v_cache, slots, bias,
+                               attention, wide)
+    if not skip_mlp:
+        h = h + mlp(rms_norm(h, w.ln2, eps), w.w_gate_up, w.w_down)
+    return h

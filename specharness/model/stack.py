@@ -1,0 +1,64 @@
+"""The decoder's layers as one module over the target's own tensors, the unit a backend compiles."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .layers import Attention, AttentionWeights, HeadShape, LayerWeights, decoder_layer, rms_norm
+
+if TYPE_CHECKING:
+    from .target import TargetModel
+
+Skip = tuple[Collection[int], Collection[int]]  # (layers whose attention, layers whose MLP a forward leaves out)
+
+
+class DecoderStack(nn.Module):
+    """The decoder's layers as one module over the target's own tensors (no copies), so the whole
+    range [a, b) can be compiled into one graph with frozen, prepacked weights. Its ``attention``
+    kernels are chosen once, when the stack is built (``layers.Attention.choose``)."""
+
+    def __init__(self, t: "TargetModel", attention: Attention) -> None:
+        super().__init__()
+        P = lambda x: nn.Parameter(x, requires_grad=False)  # noqa: E731  (shares the tensor's storage)
+        self.wqkv = nn.ParameterList([P(w.attn.wqkv) for w in t.layers_w])
+        self.bqkv = nn.ParameterList([P(w.attn.bqkv) for w in t.layers_w]) if t.layers_w[0].attn.bqkv is not None else None
+        self.wo = nn.ParameterList([P(w.attn.wo) for w in t.layers_w])
+        self.ln1 = nn.ParameterList([P(w.ln1) for w in t.layers_w])
+        self.ln2 = nn.ParameterList([P(w.ln2) for w in t.layers_w])
+        self.w_gate_up = nn.ParameterList([P(w.w_gate_up) for w in t.layers_w])
+        self.w_down = nn.ParameterList([P(w.w_down) for w in t.layers_w])
+        self.norm_weight = P(t.norm_weight)
+        self.embed_weight = P(t.embed_weight)
+        self.head_weight = self.embed_weight if t.head_weight is t.embed_weight else P(t.head_weight)
+        self.register_buffer("cos", t._cos, persistent=False)
+        self.register_buffer("sin", t._sin, persistent=False)
+        self.eps, self.shape = t.eps, HeadShape(t.n_heads, t.n_kv_heads, t.head_dim)
+        self.attention = attention  # graphs specialise on its kernel path (a frozen dataclass of a str)
+
+    def layer(self, i: int) -> LayerWeights:
+        """Layer ``i``'s tensors, read from this module's parameters (so compiled graphs freeze them)."""
+        return LayerWeights(self.ln1[i], AttentionWeights(self.wqkv[i], self.bqkv[i] if self.bqkv is not None else None,
+                                                         self.wo[i]), self.ln2[i], self.w_gate_up[i], self.w_down[i])
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, bias: torch.Tensor,
+                k_caches: list[torch.Tensor], v_caches: list[torch.Tensor], a: int, b: int, head: bool,
+                capture: Collection[int] = (), skip: Skip = ((), ()), wide: bool = False) -> tuple:
+        """Layers [a, b) on token ids or hidden states; (hidden, logits or None, captured states).
+        ``wide``: the dynamic-width graph, which keeps SDPA (a width test on our kernel's limits there
+        would guard it on one side, and a prefill on the other would recompile it while timing)."""
+        h = F.embedding(x, self.embed_weight) if x.dtype == torch.long else x
+        cos, sin = self.cos[positions], self.sin[positions]
+        captured = []
+        skip_attn, skip_mlp = skip
+        for j, i in enumerate(range(a, b)):
+            h = decoder_layer(h, self.layer(i), self.shape, self.eps, cos, sin, k_caches[j], v_caches[j], slots, bias,
+                              self.attention, skip_attn=i in skip_attn, skip_mlp=i in skip_mlp, wide=wide)
+            if i in capture:
+                captured.append(h)
+        logits = F.linear(rms_norm(h, self.norm_weight, self.eps), self.head_weight) if head else None
+        return h, logits, tuple(captured)
