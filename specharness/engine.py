@@ -21,7 +21,7 @@ from typing import Callable
 
 import torch
 
-from .api import DecodeState, Drafter, Proposal, Verified
+from .api import DecodeState, Drafter, Verified
 from .model import TargetModel
 from .records import Generation, Round
 from .timing import RoundTimer

@@ -1,4 +1,7 @@
-"""Where the questions run: here (the default), or on the workers of a Ray cluster.
+"""Where a plan's questions run: here (the default), or on the workers of a Ray cluster.
+
+``execute(plan, session)`` is what ``run`` and ``compare`` do: build the plan's methods on the
+session, open their result files, warm up, time every question, print the summary.
 
 The unit of work is a question with every method still to run on it (``runner.run_interleaved``),
 so each speedup pairs methods timed on the same hardware in the same rotating order as a local run.
@@ -14,7 +17,6 @@ memory, a lost node) loses nothing: its question goes back to the queue and runs
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from collections import deque
@@ -22,16 +24,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .errors import UsageError
+from .outputs import ResultFiles
 from .records import QuestionResult
-
-
-def hardware(device: str, threads: int) -> dict:
-    """What a result was measured on: the node, the device's name, the torch threads."""
-    import torch
-
-    from .model.engine_choice import cpu_name
-    name = torch.cuda.get_device_name() if device.startswith("cuda") and torch.cuda.is_available() else cpu_name()
-    return {"node": socket.gethostname(), "device": name, "threads": threads}
+from .session import RunPlan, Session
+from .tasks.specbench import Question
 
 
 @dataclass
@@ -55,25 +51,16 @@ class Worker:
     """One model and its methods, built once; runs questions for the driver."""
 
     def __init__(self, spec: RunSpec) -> None:
-        import torch
-
-        from .model import engine_choice
-        from .plugins import build_registry
-        from .runner import build_method, warm_up
-        from .model import TargetModel
-        torch.set_num_threads(spec.threads)
+        from .runner import warm_up
+        from .session import EngineRequest, Session
         self.spec = spec
-        self.target = TargetModel.load(spec.model, spec.dtype, spec.device)
-        engine_choice.apply(self.target, spec.compile)
-        registry = build_registry(spec.plugins)
-        self.methods = {}
-        for label, (name, opts) in spec.variants.items():
-            m = build_method(registry, name, opts, self.target, spec.settings.temperature, spec.verifier)
-            m.label = label
-            self.methods[label] = m
+        session = Session(EngineRequest(spec.model, spec.dtype, spec.compile, spec.device, spec.threads), spec.plugins)
+        self.target = session.target
+        self.methods = {label: session.method(name, opts, spec.settings.temperature, spec.verifier, label)
+                        for label, (name, opts) in spec.variants.items()}
         if spec.warmup_question is not None:
             warm_up(self.target, list(self.methods.values()), [spec.warmup_question], spec.settings)
-        self.hardware = hardware(spec.device, spec.threads)
+        self.hardware = session.hardware()
 
     def ready(self) -> dict:
         """Answers once the model is loaded and warmed up: the driver times work from then on."""
@@ -142,14 +129,94 @@ def run_on_ray(spec: RunSpec, items: list[tuple[int, object, list[str]]], on_res
     return {"workers_started": started, "retries": retries, "setup_s": run_started - setup_started, "run_s": run_s}
 
 
-def check_executor_args(executor: str, workers: int | None, address: str | None) -> None:
-    if executor not in ("local", "ray"):
-        raise UsageError(f"unknown --executor '{executor}'; choose local or ray")
-    if executor == "local" and (workers not in (None, 1) or address):
-        raise UsageError("--workers and --address go with --executor ray")
-    if workers is not None and workers < 1:
-        raise UsageError(f"--workers must be at least 1, got {workers}")
-    if executor == "ray" and "ray" not in sys.modules:
-        import importlib.util
-        if importlib.util.find_spec("ray") is None:
-            raise UsageError("--executor ray needs Ray: pip install \".[ray]\" (or pip install ray)")
+def execute(plan: RunPlan, session: Session) -> int:
+    """Run ``plan`` on ``session``: build its methods, open their result files (resuming or adding
+    the vanilla baseline as asked), warm up, time every question interleaved, and print the
+    summary. Ctrl-C keeps every finished question and says how to resume. Returns the exit code."""
+    from tqdm import tqdm
+
+    from .summary import print_summary
+    methods = [session.method(name, opts, plan.settings.temperature, plan.verifier, label)
+               for label, (name, opts) in plan.variants.items()]
+    files = ResultFiles.open(plan, session, methods)
+    for line in plan.describe():
+        print(line, file=sys.stderr)
+    bar = tqdm(total=files.pending(plan.questions), unit="answer", desc=",".join(m.label for m in files.methods),
+               dynamic_ncols=True)
+    files.bar = bar
+    pm = session.registry.pm
+    pm.register(files, name="result-files")
+    try:
+        late = run_on_ray_workers(plan, session, files) if plan.executor == "ray" else run_here(plan, session, files)
+    except KeyboardInterrupt:
+        bar.close()
+        files.close()
+        print(f"\ninterrupted: finished questions are saved in {', '.join(str(p) for p in files.paths)}; rerun the "
+              "same command with --resume to continue", file=sys.stderr)
+        return 130
+    finally:
+        pm.unregister(files)
+    bar.close()
+    files.finish(late)
+    if late:
+        print(f"warning: {late} graph(s) compiled during timed runs; those questions' times include compiling "
+              "(raise --warmup, or rerun: compiled graphs are cached on disk)", file=sys.stderr)
+    if files.truncated:
+        print(f"warning: {files.truncated} prompt(s) were longer than the context and left-truncated", file=sys.stderr)
+    print_summary(files.summary_paths, questions=[q.question_id for q in plan.questions])
+    return 0
+
+
+def run_here(plan: RunPlan, session: Session, files: ResultFiles) -> int:
+    """The plan's pending questions in this process, after an untimed warm-up that compiles every
+    graph the timed runs need (the progress bar says which). Returns the graphs compiled while
+    timing (0 unless warm-up missed one: those questions' times then include compiling)."""
+    from .runner import run_all, warm_up
+    from .timing import instrumentation_cost_s
+    target, hook = session.target, session.registry.pm.hook
+    started = time.perf_counter()
+
+    def compiling(key) -> None:  # warm-up may compile for many minutes: say what, and for how long
+        files.bar.set_postfix_str(f"warm-up: compiling graph {len(target.backend.graphs) + 1} ({key.describe()}), "
+                                  f"{time.perf_counter() - started:.0f} s so far", refresh=True)
+
+    target.backend.on_new_graph = compiling
+    try:
+        warm = warm_up(target, files.methods, plan.questions, plan.settings)
+    finally:
+        target.backend.on_new_graph = None
+    if target.backend.compiled:
+        print(f"engine: {target.engine['dtype']} compiled ({target.engine['compile']}): {warm['graphs']} graphs, "
+              f"{warm['compile_s'] + warm['compile_s_before_warmup']:.0f} s compiling before timing "
+              f"({warm['warmup_s']:.0f} s of warm-up)", file=sys.stderr)
+    files.update_meta(instrumentation_s_per_round=instrumentation_cost_s(plan.engine.device), warmup=warm,
+                      executor={"name": "local"})
+    before = len(target.backend.graphs)
+    on_round = None
+    if hook.specharness_round.get_hookimpls():
+        on_round = lambda rd, ctx: hook.specharness_round(record=rd, context=ctx)  # noqa: E731
+    run_all(target, files.methods, plan.questions, plan.settings, files.done,
+            on_result=lambda result: hook.specharness_question_done(result=result), on_round=on_round)
+    return len(target.backend.graphs) - before
+
+
+def run_on_ray_workers(plan: RunPlan, session: Session, files: ResultFiles) -> int:
+    """The plan's pending questions on Ray workers, each rebuilding this session from a ``RunSpec``;
+    only this process writes. Returns 0: the workers' compiles are their own, before timing."""
+    from .runner import pending
+    from .timing import instrumentation_cost_s
+    target, s = session.target, plan.settings
+    variants = {m.label: plan.variants.get(m.label, ("vanilla", [])) for m in files.methods}
+    warm = Question("warmup", "qa", "qa", plan.questions[0].turns[:1]) if s.warmup and plan.questions else None
+    spec = RunSpec(plan.engine.model, plan.engine.device, target.engine["dtype"], target.engine["compile"],
+                   session.threads, plan.plugins, variants, plan.verifier, s, warm)
+    items = [(qi, q, [m.label for m in todo]) for qi, q, todo in pending(files.methods, plan.questions, files.done)]
+    workers = plan.workers or 1
+    print(f"executor: ray, {workers} worker(s) x {session.threads} thread(s); each loads the model once and warms "
+          "up untimed", file=sys.stderr)
+    hook = session.registry.pm.hook
+    info = run_on_ray(spec, items, lambda result: hook.specharness_question_done(result=result), plan.address,
+                      workers, progress=lambda text: print(f"\n{text}", file=sys.stderr))
+    files.update_meta(instrumentation_s_per_round=instrumentation_cost_s(plan.engine.device),
+                      executor={"name": "ray", "workers": workers, "address": plan.address, **info})
+    return 0

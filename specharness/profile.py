@@ -23,10 +23,8 @@ from this profile and the file's own acceptance, beside the measured one.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -36,13 +34,13 @@ from .model import engine_choice
 from .errors import UsageError
 from .model.engine_choice import median_ms, random_ids
 from .metrics import fit_line
-from .options import method_variants, resolve_options
 from .paths import write_text_atomic
 from .plugins import build_registry
-from .results import git_commit, provenance
+from .results import provenance
 from .report.figures import style
 from .runner import Settings, build_method
-from .model import WIDTH_BUCKETS, TargetModel
+from .model import WIDTH_BUCKETS
+from .session import EngineRequest, Session
 
 WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64)
 CONTEXTS = (256, 1024)
@@ -241,11 +239,10 @@ def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=pri
     return out
 
 
-def method_costs(model: str, device: str, dtype: str, mode: str, registry, hf: dict, tokens: int, log,
-                 variants: dict | None) -> dict:
+def method_costs(model: str, device: str, threads: int, dtype: str, mode: str, registry, hf: dict, tokens: int,
+                 log, variants: dict | None) -> dict:
     """The drafters' costs on the engine in (dtype, mode) and transformers' decoders' in dtype."""
-    target = TargetModel.load(model, dtype, device)
-    engine_choice.apply(target, mode)
+    target = Session(EngineRequest(model, dtype, mode, device, threads), registry=registry).target
     prompt = target.chat_ids([{"role": "user", "content": PROFILE_PROMPT}])
     out = {"drafters": drafter_costs(target, registry, prompt, tokens, log, variants),
            "drafters_config": {"dtype": dtype, "compile": mode}}
@@ -269,7 +266,7 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
                         configs=[], hf_generate={}, width_buckets=list(WIDTH_BUCKETS))
     rooflines = {}
     for dtype, mode in configs:
-        target = TargetModel.load(model, dtype, device)
+        target = Session(EngineRequest(model, dtype, mode, device, threads), registry=registry).target
         if dtype not in rooflines:
             nbytes = weight_bytes(target)
             rooflines[dtype] = {"weight_bytes": nbytes, "ms": 1e3 * nbytes / gbs / 1e9}
@@ -279,12 +276,13 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
                 f"{w}:{v:.1f}" for w, v in rooflines[dtype]["floor_ms"].items()))
             result["hf_generate"][dtype] = hf_costs(target, widths, contexts, log)
         started = time.perf_counter()
-        got, why = engine_choice.apply(target, mode)
+        got, why = target.engine["compile"], target.engine.get("compile_failed")
         if why:
             log(f"profile: {dtype}/{mode} left out: {why}")
             continue
         target.expect_widths(max(widths))  # verification widths: static graphs, as in a run
-        row = {"dtype": dtype, "compile": got, **target.kernel_flags(), "by_width": {}, "prefill_ms": {}}
+        row = {"dtype": dtype, "compile": got, **target.kernel_flags(), "engine_options": target.options.record(),
+               "by_width": {}, "prefill_ms": {}}
         for ctx in contexts:
             row["by_width"][str(ctx)] = {str(w): engine_choice.step_ms(target, context=ctx, width=w) for w in widths}
             log(f"profile: {dtype}/{mode} ctx {ctx}: " + " ".join(
@@ -305,8 +303,8 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
     log(f"profile: fastest vanilla step: {best['dtype']} / {best['compile']} ({step(best):.1f} ms); recorded as "
         "this machine's default")
     if drafters:
-        result.update(method_costs(model, device, best["dtype"], best["compile"], registry, result["hf_generate"],
-                                   tokens, log, variants))
+        result.update(method_costs(model, device, threads, best["dtype"], best["compile"], registry,
+                                   result["hf_generate"], tokens, log, variants))
     save(result, out)
     figure(result, out / "profile.png")
     return result
@@ -399,71 +397,3 @@ def figure(p: dict, path: Path) -> None:
     ax.legend(fontsize=6)
     fig.savefig(path, dpi=150, bbox_inches="tight")
     plt.close(fig)
-
-
-def add_profile_parser(subparsers) -> None:
-    p = subparsers.add_parser("profile", help="what the engine costs here: forward by width, roofline, drafters",
-                              description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="smollm2")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--configs", default=",".join(f"{d}/{m}" for d, m in engine_choice.CANDIDATES),
-                   help="DTYPE/MODE list (default: every candidate)")
-    p.add_argument("--widths", default=",".join(map(str, WIDTHS)))
-    p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
-    p.add_argument("--no-drafters", action="store_true", help="skip the drafters' and transformers peers' costs")
-    p.add_argument("--tokens", type=int, default=48,
-                   help="tokens per generation when measuring a drafter or peer (two each, after a warm-up; "
-                        "default: %(default)s)")
-    p.add_argument("-o", "--option", action="append", default=[], metavar="METHOD.KEY=VALUE",
-                   help="a method's option for its costs, repeatable, e.g. -o self-spec.trials=8 "
-                        "(default: every method on its defaults)")
-    p.add_argument("--variant", action="append", default=[], metavar="METHOD:KEY=VALUE...",
-                   help="also profile a method on these options, repeatable (e.g. medusa:tree=sized): the cost "
-                        "model explains a result file with the variant whose options are the file's")
-    p.add_argument("--drafters-only", action="store_true",
-                   help="measure only the drafters' and transformers peers' costs, into the profile already in --out "
-                        "(after training a drafter)")
-    p.add_argument("--out", default="results/profile", help="output directory (default: %(default)s)")
-
-
-def cmd_profile(args, threads: int) -> int:
-    try:
-        configs = [tuple(c.split("/")) for c in args.configs.split(",") if c]
-        widths = [int(w) for w in args.widths.split(",")]
-        contexts = [int(c) for c in args.contexts.split(",")]
-    except ValueError:
-        raise UsageError("--configs DTYPE/MODE,..., --widths and --contexts comma-separated integers") from None
-    for c in configs:
-        if len(c) != 2 or c[0] not in engine_choice.DTYPE_CHOICES[1:] or c[1] not in engine_choice.COMPILE_CHOICES[1:]:
-            raise UsageError(f"--configs: '{'/'.join(c)}' is not DTYPE/MODE (e.g. bfloat16/default)")
-    if not widths or min(widths) < 1 or not contexts or min(contexts) < 1:
-        raise UsageError("--widths and --contexts must be positive")
-    if args.tokens < 4:
-        raise UsageError(f"--tokens {args.tokens}: a drafter needs at least 4 tokens to show its rounds")
-    registry = build_registry()
-    for label in args.variant:
-        if label.split(":")[0] not in registry.methods:
-            raise UsageError(f"--variant '{label}': no method '{label.split(':')[0]}'; installed: "
-                             f"{', '.join(sorted(registry.methods))}")
-    variants = method_variants(list(registry.methods) + args.variant, args.option)
-    log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
-    for name, opts in variants.values():  # a misspelt option is an error here, not a drafter left out later
-        resolve_options(name, registry.method(name).options, opts)
-    if args.drafters_only:
-        path = Path(args.out) / "profile.json"
-        if not path.is_file():
-            raise UsageError(f"--drafters-only updates a profile: '{path}' does not exist; run profile first")
-        result = json.loads(path.read_text())
-        dtype, mode = result["chosen"]["dtype"], result["chosen"]["compile"]
-        result.update(method_costs(args.model, args.device, dtype, mode, registry, result["hf_generate"],
-                                   args.tokens, log, variants))
-        result["drafters_command"] = provenance()["command"]
-        result["drafters_git_commit"] = git_commit()
-        save(result, Path(args.out))
-        print(f"updated the drafters of {path}")
-        return 0
-    run_profile(args.model, args.device, threads, configs, widths, contexts, Path(args.out),
-                not args.no_drafters, log=log, variants=variants, registry=registry, tokens=args.tokens)
-    print(f"wrote {args.out}/profile.json, profile.md, profile.png")
-    return 0

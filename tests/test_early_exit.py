@@ -9,7 +9,8 @@ import pytest
 
 from specharness.methods.early_exit import EarlyExitDrafter
 from specharness.distributions import chi_square, exact_sequence_distribution, marginal
-from specharness.engine import Proposal, generate
+from specharness.api import Proposal
+from specharness.engine import generate
 from specharness.errors import UsageError
 from specharness.plugins import build_registry
 from specharness.runner import Settings, build_method

@@ -67,7 +67,7 @@ class _Replay:
         pass
 
     def propose(self, state):
-        from specharness.engine import Proposal
+        from specharness.api import Proposal
         at = len(state.ids) - state.prompt_len
         return Proposal(self.continuation[at:at + min(self.k, state.max_draft)])
 

@@ -184,7 +184,7 @@ def test_sampling_lossless_multi_draft_and_draft_vocab(tiny, one_thread):
 def test_sampling_q_zero_outside_draft_vocab(tiny):
     rows = torch.tensor([1, 6])
     d = kg.KangarooDrafter(tiny, ka.Adapter.for_target(tiny).eval(), 2, 0.0, 3, rows)
-    from specharness.engine import DecodeState
+    from specharness.api import DecodeState
     with torch.inference_mode():
         cache = tiny.new_cache(32)
         prompt = [1, 2, 3]

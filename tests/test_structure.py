@@ -151,3 +151,75 @@ def test_committed_results_rebuild_the_same_tables(report_dir, tmp_path):
     assert tables
     differ = [name for name in tables if not filecmp.cmp(report_dir / name, tmp_path / name, shallow=False)]
     assert not differ, f"{report_dir}: rebuilt tables differ: {differ}"
+
+
+# the modules that may read the environment, and why: nothing else does (engine switches are
+# EngineOptions fields, read once in engine_options.py and passed in)
+ENV_READERS = {
+    "specharness.engine_options": "every engine switch",
+    "specharness.paths": "$SPECHARNESS_CACHE, where built things are kept",
+    "specharness.tasks.specbench": "$SPECHARNESS_SPECBENCH(_URL), where the questions are",
+    "specharness.model.accel.narrow_attention": "puts pip's ninja on PATH for torch's extension build",
+}
+
+
+def _environ_uses(tree: ast.AST) -> list[ast.AST]:
+    """Every ``os.environ`` / ``os.getenv`` / ``environ`` reference in a module."""
+    return [n for n in ast.walk(tree) if (isinstance(n, ast.Attribute) and n.attr in ("environ", "getenv"))
+            or (isinstance(n, ast.Name) and n.id in ("environ", "getenv"))]
+
+
+def _code_strings(tree: ast.AST) -> set[str]:
+    """String constants that are not docstrings or comments (a docstring may name a variable)."""
+    docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docs}
+
+
+def test_only_the_engine_options_module_reads_engine_switches_from_the_environment():
+    from specharness import engine_options as eo
+    switches = {eo.PIN_ENV, eo.NARROW_ENV, eo.PREFETCH_ENV, eo.CPP_WRAPPER_ENV, eo.PREPACKED_ENV, *eo.INDUCTOR_TABLES_ENV}
+    for name, path in project_modules().items():
+        tree = ast.parse(path.read_text())
+        if name != "specharness.engine_options":
+            named = sorted(s for s in _code_strings(tree) if s in switches or s.startswith("TORCHINDUCTOR_"))
+            assert not named, f"{name} names the engine switch(es) {named}: read them as EngineOptions fields"
+        if name not in ENV_READERS:
+            assert not _environ_uses(tree), f"{name} reads the environment; only {sorted(ENV_READERS)} may"
+    assert _environ_uses(ast.parse((ROOT / "specharness" / "engine_options.py").read_text()))
+
+
+def test_the_environment_check_sees_a_switch_read_elsewhere(tmp_path):
+    bad = ast.parse('import os\nX = os.environ.get("SPECHARNESS_CPP_WRAPPER", "1")\n')
+    assert _environ_uses(bad) and "SPECHARNESS_CPP_WRAPPER" in _code_strings(bad)
+    doc = ast.parse('"""set SPECHARNESS_CPP_WRAPPER=0 to switch it off"""\n')
+    assert not _code_strings(doc) and not _environ_uses(doc)
+
+
+def test_methods_import_the_contract_not_the_engine_or_model_internals():
+    """A method plugin proposes tokens: it imports ``specharness.api`` (and the model's public
+    package), never the engine loop or a module inside ``specharness.model``."""
+    modules = project_modules()
+    drafters = 0
+    for name, path in modules.items():
+        if not name.startswith("specharness.methods."):
+            continue
+        deps = imports_of(name, path, modules)
+        inner = sorted(d for d in deps if d == "specharness.engine" or d.startswith("specharness.model."))
+        assert not inner, f"{name} imports {inner}: use specharness.api and specharness.model's public names"
+        if re.search(r"\b(Proposal|DecodeState|Verified)\b", path.read_text()):
+            drafters += 1
+            assert "specharness.api" in deps, f"{name} uses the plugin contract but does not import specharness.api"
+    assert drafters >= 8  # every drafter module was looked at
+
+
+def test_every_results_folder_has_a_readme():
+    folders = sorted(p for p in (ROOT / "results").iterdir() if p.is_dir())
+    assert folders
+    missing = [p.name for p in folders if not (p / "README.md").is_file()]
+    assert not missing, f"results folders without a README.md: {missing}"
+
+
+def test_the_readme_is_for_users():
+    n = len((ROOT / "README.md").read_text().splitlines())
+    assert n <= 350, f"README.md has {n} lines; experiment notes go in results/<run>/README.md, internals in docs/"

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from specharness.distributions import chi_square, exact_sequence_distribution, marginal
-from specharness.engine import Proposal, generate
+from specharness.api import Proposal
+from specharness.engine import generate
 from specharness.methods.vanilla import NoDraft
 from specharness.model import TargetModel
 from specharness.tree import Tree

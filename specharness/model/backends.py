@@ -10,7 +10,7 @@ limits, inductor freezing, the C++ wrapper, the CPU accelerator pieces) come fro
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .layers import Attention, AttentionWeights, HeadShape, LayerWeights, decoder_layer, rms_norm
-
-if TYPE_CHECKING:
-    from .target import TargetModel
 
 Skip = tuple[Collection[int], Collection[int]]  # (layers whose attention, layers whose MLP a forward leaves out)
 
@@ -22,22 +18,24 @@ class DecoderStack(nn.Module):
     range [a, b) can be compiled into one graph with frozen, prepacked weights. Its ``attention``
     kernels are chosen once, when the stack is built (``layers.Attention.choose``)."""
 
-    def __init__(self, t: "TargetModel", attention: Attention) -> None:
+    def __init__(self, layers: list[LayerWeights], embed_weight: torch.Tensor, norm_weight: torch.Tensor,
+                 head_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float, shape: HeadShape,
+                 attention: Attention) -> None:
         super().__init__()
         P = lambda x: nn.Parameter(x, requires_grad=False)  # noqa: E731  (shares the tensor's storage)
-        self.wqkv = nn.ParameterList([P(w.attn.wqkv) for w in t.layers_w])
-        self.bqkv = nn.ParameterList([P(w.attn.bqkv) for w in t.layers_w]) if t.layers_w[0].attn.bqkv is not None else None
-        self.wo = nn.ParameterList([P(w.attn.wo) for w in t.layers_w])
-        self.ln1 = nn.ParameterList([P(w.ln1) for w in t.layers_w])
-        self.ln2 = nn.ParameterList([P(w.ln2) for w in t.layers_w])
-        self.w_gate_up = nn.ParameterList([P(w.w_gate_up) for w in t.layers_w])
-        self.w_down = nn.ParameterList([P(w.w_down) for w in t.layers_w])
-        self.norm_weight = P(t.norm_weight)
-        self.embed_weight = P(t.embed_weight)
-        self.head_weight = self.embed_weight if t.head_weight is t.embed_weight else P(t.head_weight)
-        self.register_buffer("cos", t._cos, persistent=False)
-        self.register_buffer("sin", t._sin, persistent=False)
-        self.eps, self.shape = t.eps, HeadShape(t.n_heads, t.n_kv_heads, t.head_dim)
+        self.wqkv = nn.ParameterList([P(w.attn.wqkv) for w in layers])
+        self.bqkv = nn.ParameterList([P(w.attn.bqkv) for w in layers]) if layers[0].attn.bqkv is not None else None
+        self.wo = nn.ParameterList([P(w.attn.wo) for w in layers])
+        self.ln1 = nn.ParameterList([P(w.ln1) for w in layers])
+        self.ln2 = nn.ParameterList([P(w.ln2) for w in layers])
+        self.w_gate_up = nn.ParameterList([P(w.w_gate_up) for w in layers])
+        self.w_down = nn.ParameterList([P(w.w_down) for w in layers])
+        self.norm_weight = P(norm_weight)
+        self.embed_weight = P(embed_weight)
+        self.head_weight = self.embed_weight if head_weight is embed_weight else P(head_weight)  # tied: one tensor
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        self.eps, self.shape = eps, shape
         self.attention = attention  # graphs specialise on its kernel path (a frozen dataclass of a str)
 
     def layer(self, i: int) -> LayerWeights:

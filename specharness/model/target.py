@@ -110,7 +110,9 @@ class TargetModel:
         self.shape = HeadShape(self.n_heads, self.n_kv_heads, self.head_dim)
         # the attention kernels, chosen once: every forward of this model (and its drafters' heads) uses them
         self.attention = Attention.choose(self.kv_dtype, self.device, self.head_dim, self.options.narrow_attention)
-        self.backend: EagerBackend = EagerBackend(DecoderStack(self, self.attention))
+        self.backend: EagerBackend = EagerBackend(DecoderStack(
+            self.layers_w, self.embed_weight, self.norm_weight, self.head_weight, self._cos, self._sin, self.eps,
+            self.shape, self.attention))
         # the engine configuration in force (dtype, mode, how it was chosen): set by whoever compiles
         # the target (``session.Session``), recorded in result headers
         self.engine: dict = {"dtype": str(self.dtype).removeprefix("torch."), "compile": "none", "chosen": "asked"}

@@ -1,0 +1,86 @@
+"""``profile``: what the engine costs here (``specharness.profile`` measures; this module parses)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .. import profile as engine_profile
+from ..engine_options import COMPILE_CHOICES, DTYPE_CHOICES
+from ..errors import UsageError
+from ..model.engine_choice import CANDIDATES
+from ..options import method_variants, resolve_options
+from ..plugins import build_registry
+from ..results import git_commit, provenance
+from ..session import check_threads
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("profile", help="what the engine costs here: forward by width, roofline, drafters",
+                       description=engine_profile.__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--configs", default=",".join(f"{d}/{m}" for d, m in CANDIDATES),
+                   help="DTYPE/MODE list (default: every candidate)")
+    p.add_argument("--widths", default=",".join(map(str, engine_profile.WIDTHS)))
+    p.add_argument("--contexts", default=",".join(map(str, engine_profile.CONTEXTS)))
+    p.add_argument("--no-drafters", action="store_true", help="skip the drafters' and transformers peers' costs")
+    p.add_argument("--tokens", type=int, default=48,
+                   help="tokens per generation when measuring a drafter or peer (two each, after a warm-up; "
+                        "default: %(default)s)")
+    p.add_argument("-o", "--option", action="append", default=[], metavar="METHOD.KEY=VALUE",
+                   help="a method's option for its costs, repeatable, e.g. -o self-spec.trials=8 "
+                        "(default: every method on its defaults)")
+    p.add_argument("--variant", action="append", default=[], metavar="METHOD:KEY=VALUE...",
+                   help="also profile a method on these options, repeatable (e.g. medusa:tree=sized): the cost "
+                        "model explains a result file with the variant whose options are the file's")
+    p.add_argument("--drafters-only", action="store_true",
+                   help="measure only the drafters' and transformers peers' costs, into the profile already in --out "
+                        "(after training a drafter)")
+    p.add_argument("--out", default="results/profile", help="output directory (default: %(default)s)")
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    threads = check_threads(args.threads)
+    try:
+        configs = [tuple(c.split("/")) for c in args.configs.split(",") if c]
+        widths = [int(w) for w in args.widths.split(",")]
+        contexts = [int(c) for c in args.contexts.split(",")]
+    except ValueError:
+        raise UsageError("--configs DTYPE/MODE,..., --widths and --contexts comma-separated integers") from None
+    for c in configs:
+        if len(c) != 2 or c[0] not in DTYPE_CHOICES[1:] or c[1] not in COMPILE_CHOICES[1:]:
+            raise UsageError(f"--configs: '{'/'.join(c)}' is not DTYPE/MODE (e.g. bfloat16/default)")
+    if not widths or min(widths) < 1 or not contexts or min(contexts) < 1:
+        raise UsageError("--widths and --contexts must be positive")
+    if args.tokens < 4:
+        raise UsageError(f"--tokens {args.tokens}: a drafter needs at least 4 tokens to show its rounds")
+    registry = build_registry()
+    for label in args.variant:
+        if label.split(":")[0] not in registry.methods:
+            raise UsageError(f"--variant '{label}': no method '{label.split(':')[0]}'; installed: "
+                             f"{', '.join(sorted(registry.methods))}")
+    variants = method_variants(list(registry.methods) + args.variant, args.option)
+    log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    for name, opts in variants.values():  # a misspelt option is an error here, not a drafter left out later
+        resolve_options(name, registry.method(name).options, opts)
+    if args.drafters_only:
+        path = Path(args.out) / "profile.json"
+        if not path.is_file():
+            raise UsageError(f"--drafters-only updates a profile: '{path}' does not exist; run profile first")
+        result = json.loads(path.read_text())
+        dtype, mode = result["chosen"]["dtype"], result["chosen"]["compile"]
+        result.update(engine_profile.method_costs(args.model, args.device, threads, dtype, mode, registry, result["hf_generate"],
+                                   args.tokens, log, variants))
+        result["drafters_command"] = provenance()["command"]
+        result["drafters_git_commit"] = git_commit()
+        engine_profile.save(result, Path(args.out))
+        print(f"updated the drafters of {path}")
+        return 0
+    engine_profile.run_profile(args.model, args.device, threads, configs, widths, contexts, Path(args.out),
+                not args.no_drafters, log=log, variants=variants, registry=registry, tokens=args.tokens)
+    print(f"wrote {args.out}/profile.json, profile.md, profile.png")
+    return 0

@@ -1,0 +1,171 @@
+"""The one owner of a run: a validated ``RunPlan`` and the ``Session`` that sets the machine up once.
+
+Every command that decodes (``run``, ``compare``, a Ray worker, ``lossless``, ``profile``,
+``train``) goes through ``Session``: threads -> engine options -> engine choice -> target ->
+compile -> registry -> methods, in that order, in one place. ``RunPlan.create`` checks everything
+a user can get wrong (settings, methods and their options, the verifier, the executor, the
+question file, the outputs) before anything slow is loaded, so a bad input costs a second.
+``executors.execute(plan, session)`` then runs the plan; its result files are written by an
+observer (``outputs.ResultFiles``) like any other.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .engine_options import EngineOptions
+from .errors import UsageError
+from .options import method_variants, resolve_options
+from .plugins import Registry, build_registry
+from .runner import Method, Settings, build_method, check_settings, resolve_verifier
+from .tasks.specbench import (Question, QuestionSource, describe_selection, find_question_file, load_questions,
+                              parse_subtasks, select)
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """The engine a command asks for: model, dtype and compile mode ("auto": the fastest measured
+    here), device and torch threads (None: every core this process may run on)."""
+
+    model: str = "smollm2"
+    dtype: str = "auto"
+    compile: str = "auto"
+    device: str = "cpu"
+    threads: int | None = None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (taskset, a container's cpuset, a test
+    worker pinned to one core), not every core of the machine, so threads never outnumber them."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # no affinity on this OS (macOS, Windows)
+        return os.cpu_count() or 1
+
+
+def check_threads(threads: int | None) -> int:
+    """The thread count to use, or one line saying why ``threads`` cannot be."""
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {threads}; leave it out to use every core")
+    return threads or usable_cores()
+
+
+def hardware(device: str, threads: int) -> dict:
+    """What a result was measured on: the node, the device's name, the torch threads."""
+    import torch
+
+    from .model.engine_choice import cpu_name
+    name = torch.cuda.get_device_name() if device.startswith("cuda") and torch.cuda.is_available() else cpu_name()
+    return {"node": socket.gethostname(), "device": name, "threads": threads}
+
+
+def check_executor_args(executor: str, workers: int | None, address: str | None) -> None:
+    if executor not in ("local", "ray"):
+        raise UsageError(f"unknown --executor '{executor}'; choose local or ray")
+    if executor == "local" and (workers not in (None, 1) or address):
+        raise UsageError("--workers and --address go with --executor ray")
+    if workers is not None and workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {workers}")
+    if executor == "ray" and "ray" not in sys.modules:
+        import importlib.util
+        if importlib.util.find_spec("ray") is None:
+            raise UsageError("--executor ray needs Ray: pip install \".[ray]\" (or pip install ray)")
+
+
+class Session:
+    """The machine set up once: torch threads, engine options, the engine configuration, the target
+    (loaded, compiled), and the plugin registry. Owns the target; builds methods on it."""
+
+    def __init__(self, request: EngineRequest, plugins: list[str] | tuple = (), registry: Registry | None = None,
+                 options: EngineOptions | None = None) -> None:
+        import torch
+
+        from .model import TargetModel, engine_choice
+        self.request = request
+        self.threads = check_threads(request.threads)
+        torch.set_num_threads(self.threads)
+        self.options = options or EngineOptions.from_env()
+        self.registry = registry or build_registry(plugins)
+        load = lambda dtype: TargetModel.load(request.model, dtype, request.device, self.options)  # noqa: E731
+        config = engine_choice.choose(request.dtype, request.compile, request.model, request.device, self.threads,
+                                      load, self.options)
+        target = load(config.dtype)
+        mode, why = engine_choice.apply(target, config.compile)
+        if why:
+            print(f"note: cannot compile here ({why}); running eagerly", file=sys.stderr)
+        target.engine = {"dtype": config.dtype, "compile": mode, "chosen": config.source, **target.kernel_flags(),
+                         "options": self.options.record(), **({"compile_failed": why} if why else {})}
+        self.target = target
+
+    def method(self, name: str, options: list[str] | dict, temperature: float, verifier: str | None = None,
+               label: str = "") -> Method:
+        """Method ``name`` with ``options``, built on this session's target."""
+        m = build_method(self.registry, name, options, self.target, temperature, verifier)
+        m.label = label or m.name
+        return m
+
+    def hardware(self) -> dict:
+        """What a result was measured on: the node, the device's name, the torch threads."""
+        return hardware(self.request.device, self.threads)
+
+
+@dataclass
+class RunPlan:
+    """A run, checked: what to run (variants by label), on which questions, with which settings,
+    where the results go, and where the questions run."""
+
+    engine: EngineRequest
+    plugins: list[str]
+    settings: Settings
+    variants: dict[str, tuple[str, list[str]]]  # label -> (method, raw options), in the order asked
+    verifier: str | None
+    source: QuestionSource
+    available: list[Question]
+    subtasks: tuple[str, ...]
+    limit: int | None
+    out: Path | None = None  # one method's result file (run --out)
+    out_dir: Path | None = None  # where every method's file goes (compare --out-dir)
+    resume: bool = False
+    overwrite: bool = False
+    baseline: str = "none"  # "vanilla": also run vanilla on the same questions unless a file holds them
+    executor: str = "local"
+    workers: int | None = None
+    address: str | None = None
+    questions: list[Question] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, registry: Registry, engine: EngineRequest, plugins: list[str], settings: Settings,
+               methods: list[str], options: list[str], verifier: str | None, bench_file: str | None,
+               bench: str | None, subtasks: str | None, limit: int | None, **outputs) -> "RunPlan":
+        """Check everything before loading anything: one line for the first problem found."""
+        from .results import check_writable
+        check_settings(settings)
+        check_executor_args(outputs.get("executor", "local"), outputs.get("workers"), outputs.get("address"))
+        check_threads(engine.threads)
+        if len(set(methods)) != len(methods):
+            raise UsageError("a method is listed twice in --methods; list each once")
+        variants = method_variants(methods, options)
+        for name, opts in variants.values():  # a bad method, option or verifier fails now
+            resolve_options(name, registry.method(name).options, opts)
+        resolve_verifier(registry, verifier, settings.temperature)
+        out, out_dir = outputs.pop("out", None), outputs.pop("out_dir", None)
+        out, out_dir = Path(out) if out else None, Path(out_dir) if out_dir else None
+        resume, overwrite = outputs.get("resume", False), outputs.get("overwrite", False)
+        if out and out.exists() and not (resume or overwrite):
+            raise UsageError(f"{out} already exists; add --resume to continue it, --overwrite to start again, "
+                             "or --out to write elsewhere")
+        for path in filter(None, (out, out_dir and out_dir / "x")):
+            check_writable(path)
+        source = find_question_file(bench_file, bench)
+        available = load_questions(source.path)
+        chosen = parse_subtasks(subtasks)
+        return cls(engine, list(plugins), settings, variants, verifier, source, available, chosen, limit, out, out_dir,
+                   questions=select(available, chosen, limit), **outputs)
+
+    def describe(self) -> list[str]:
+        """Lines saying which questions run (and where they came from)."""
+        return describe_selection(self.source, self.available, self.subtasks, self.limit)
