@@ -75,16 +75,25 @@ def save_choice(model: str, device: str, threads: int, record: dict) -> Path:
 
 def median_ms(call, repeats: int, warm: int = 1, after=None, sync: bool = False) -> float:
     """Median ms of ``call()`` over ``repeats`` timed calls after ``warm`` untimed ones; ``after()``
-    (untimed) restores the state each call changed, e.g. the cache length; ``sync`` waits for the
-    CUDA device before reading the clock."""
+    (untimed) restores the state each call changed, e.g. the cache length; ``sync`` (CUDA) times
+    each call with CUDA events recorded around it on an idle stream, since kernels run
+    asynchronously and a host clock read after the launch would time the launch alone."""
     times = []
     for i in range(warm + repeats):
-        started = time.perf_counter()
-        call()
-        if sync:
+        if sync:  # CUDA events on an idle stream: the device's time for the call, launches included
             torch.cuda.synchronize()
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            call()
+            end.record()
+            end.synchronize()
+            seconds = begin.elapsed_time(end) / 1e3
+        else:
+            started = time.perf_counter()
+            call()
+            seconds = time.perf_counter() - started
         if i >= warm:
-            times.append(time.perf_counter() - started)
+            times.append(seconds)
         if after is not None:
             after()
     return 1e3 * statistics.median(times)
@@ -100,9 +109,12 @@ def step_ms(target, context: int = 256, width: int = 1, repeats: int = 15) -> fl
     """Median ms of one forward over ``width`` positions after ``context`` cached ones (compiles first).
 
     Every tensor is made under inference mode, as the engine's are: a compiled graph guards on its
-    inputs' dispatch keys, so a normal tensor here would compile graphs no run ever reuses."""
+    inputs' dispatch keys, so a normal tensor here would compile graphs no run ever reuses. On CUDA
+    the warm calls also let CUDA graph trees warm up and record, so the timed calls are replays."""
     with torch.inference_mode():
-        cache = target.new_cache(context + 128)
+        # on CUDA the engine's own cache: its buffers have static addresses, without which a graph
+        # that writes them cannot be a CUDA graph (torch skips cudagraphs for mutated inputs)
+        cache = target.session_cache(context + 128) if target.device.type == "cuda" else target.new_cache(context + 128)
         ids = random_ids(target, context, 0)
         target.forward(ids, cache, 0, head=True, prefill=True)
         return median_ms(lambda: target.forward(ids[:width], cache, context, head=True), repeats, warm=3,
