@@ -39,6 +39,7 @@ from .plugins import build_registry
 from .results import provenance
 from .report.figures import style
 from .runner import Settings, build_method
+from .timing import clock_for
 from .model import WIDTH_BUCKETS
 from .session import EngineRequest, Session
 
@@ -50,10 +51,31 @@ COPY_PROMPT = ("Repeat this list exactly, twice, one item per line: apples, pear
                "kiwis, grapes, melons, cherries.")  # n-gram drafters draft much here, little on the first
 
 
-def bandwidth_gbs(mb: int = 540, repeats: int = 7) -> float:
-    """Read bandwidth: GB/s of summing a float32 tensor of ``mb`` MB (median of repeats)."""
+def bandwidth_gbs(mb: int = 540, repeats: int = 7, device: str = "cpu") -> float:
+    """Read bandwidth: GB/s of summing a float32 tensor of ``mb`` MB (median of repeats). On CUDA
+    the weights live in device memory, so the roofline needs the device's bandwidth instead
+    (``device_bandwidth_gbs``), not the host's."""
+    if torch.device(device).type == "cuda":
+        return device_bandwidth_gbs(device)
     x = torch.ones(mb * 1024 * 1024 // 4)
     return x.numel() * 4 / (median_ms(x.sum, repeats) / 1e3) / 1e9
+
+
+def device_bandwidth_gbs(device: str = "cuda", mb: int = 1024, repeats: int = 10) -> float:
+    """Device memory (HBM) bandwidth: GB/s of a device-to-device copy of ``mb`` MiB, bytes read plus
+    bytes written, timed with CUDA events (median of repeats after warm-up). A buffer many times the
+    L2 cache, so the copy streams from memory."""
+    src = torch.ones(mb * 1024 * 1024 // 4, device=device)
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src), repeats, warm=3, sync=True)
+    return 2 * src.numel() * 4 / (ms / 1e3) / 1e9
+
+
+def bandwidth_method(device: str) -> str:
+    """How ``bandwidth_gbs`` measured on ``device`` (profile headers say it)."""
+    if torch.device(device).type == "cuda":
+        return "device-to-device copy of 1024 MiB, bytes read + written, CUDA events"
+    return "sum of a 540 MB float32 tensor in host memory"
 
 
 def weight_bytes(target) -> int:
@@ -77,10 +99,14 @@ def _linear_shapes(target) -> list[tuple[int, int, int]]:
 
 def _hot_linear_ms(x: torch.Tensor, out: int, budget: int = 1 << 20) -> float:
     """ms of ``linear(x, W)`` for a weight of ``out`` rows, timed on as many rows as fit ``budget``
-    bytes (cache-resident, so no memory traffic) and scaled to all of them: pure compute."""
+    bytes (cache-resident, so no memory traffic) and scaled to all of them: pure compute. On CUDA
+    the budget is a few MB of the L2 (a 1 MB matmul there would time its launch), and each call is
+    timed with CUDA events."""
+    if x.is_cuda:
+        budget = max(budget, 32 << 20)
     rows = max(1, min(out, budget // (x.shape[1] * x.element_size())))
     w = torch.randn(rows, x.shape[1], dtype=x.dtype, device=x.device)
-    return median_ms(lambda: torch.nn.functional.linear(x, w), 9, warm=2) * out / rows
+    return median_ms(lambda: torch.nn.functional.linear(x, w), 9, warm=2, sync=x.is_cuda) * out / rows
 
 
 def compute_costs(target, widths, roofline_ms: float, peak_width: int = 256) -> dict:
@@ -120,13 +146,14 @@ def prefill_ms(target, length: int, repeats: int = 5) -> float:
 def hf_step_ms(target, context: int = 256, new: int = 32) -> float:
     """transformers' generate: ms per generated token (the prefill subtracted: new vs one token)."""
     ids = random_ids(target, context, 2, batch=True)
+    clock = clock_for(target.device)  # synchronises on CUDA: generate's last kernels are timed too
 
     def run(n: int) -> float:
-        started = time.perf_counter()
+        started = clock()
         with torch.inference_mode():
             target.hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
                                do_sample=False, pad_token_id=0)
-        return time.perf_counter() - started
+        return clock() - started
 
     run(4)
     one = statistics.median(run(1) for _ in range(3))
@@ -260,10 +287,12 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
                 out: Path, drafters: bool = True, log=print, variants: dict | None = None,
                 registry=None, tokens: int = 48) -> dict:
     registry = registry or build_registry()
-    gbs = bandwidth_gbs()
-    log(f"profile: read bandwidth {gbs:.1f} GB/s")
+    cuda = torch.device(device).type == "cuda"
+    gbs = bandwidth_gbs(device=device)
+    log(f"profile: {'device (HBM)' if cuda else 'read'} bandwidth {gbs:.1f} GB/s")
+    gpu = {"gpu": torch.cuda.get_device_name(device), "bandwidth_method": bandwidth_method(device)} if cuda else {}
     result = provenance(model=model, device=device, threads=threads, cpu=engine_choice.cpu_name(), bandwidth_gbs=gbs,
-                        configs=[], hf_generate={}, width_buckets=list(WIDTH_BUCKETS))
+                        configs=[], hf_generate={}, width_buckets=list(WIDTH_BUCKETS), **gpu)
     rooflines = {}
     for dtype, mode in configs:
         target = Session(EngineRequest(model, dtype, mode, device, threads), registry=registry).target
@@ -335,8 +364,8 @@ def curves(p: dict):
 def markdown(p: dict) -> str:
     ctxs = list(p["configs"][0]["by_width"]) if p["configs"] else []
     widths = list(p["configs"][0]["by_width"][ctxs[0]]) if ctxs else []
-    lines = [f"# Engine profile: {p['model']} on {p['cpu']} ({p['threads']} threads, torch {p['torch']})\n",
-             f"Read bandwidth {p['bandwidth_gbs']:.1f} GB/s. Rooflines (weight bytes / bandwidth): " + ", ".join(
+    lines = [f"# Engine profile: {p['model']} on {p.get('gpu') or p['cpu']} ({p['threads']} threads, torch {p['torch']})\n",
+             f"{'Device (HBM)' if p.get('gpu') else 'Read'} bandwidth {p['bandwidth_gbs']:.1f} GB/s. Rooflines (weight bytes / bandwidth): " + ", ".join(
                  f"{d} {r['ms']:.1f} ms" for d, r in p["rooflines"].items()) + ". transformers' generate: " + ", ".join(
                  f"{d} {h['step_ms']:.1f} ms/token" for d, h in p["hf_generate"].items()) + ".\n",
              f"Command: `{p['command']}`\n",
