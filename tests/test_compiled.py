@@ -203,7 +203,7 @@ def test_warm_up_compiles_static_graphs_only_for_verification_widths():
 def test_a_second_process_reads_frozen_graphs_from_inductors_disk_cache_keyed_by_weights(tmp_path):
     """bfloat16 graphs hold oneDNN-packed weights, which torch alone never caches on disk, and under
     max-autotune the C++ GEMM template stores re-blocked weights in the entry itself
-    (specharness.inductor_cache). Three processes on one fresh cache, the template forced: the first
+    (specharness.model.accel.inductor_cache). Three processes on one fresh cache, the template forced: the first
     compiles two models of one shape and each gets its own logits (keyed by shape alone, the second
     would run the first's weights); the second process hits for both and gets the first's logits
     bit for bit; with the hook off the graphs bypass the cache, so they did hold packed weights."""
@@ -230,7 +230,7 @@ def test_a_second_process_reads_frozen_graphs_from_inductors_disk_cache_keyed_by
 
 
 def test_the_amx_prefetch_changes_no_logit_and_its_graphs_have_cache_entries_of_their_own(tmp_path):
-    """specharness.amx_prefetch edits inductor's AMX GEMM template: the graphs it compiles hold the
+    """specharness.model.accel.amx_prefetch edits inductor's AMX GEMM template: the graphs it compiles hold the
     prefetch, compute the stock template's logits bit for bit, and never come from (or serve) the
     stock template's cache entries. Two processes on one fresh cache, the template forced: stock
     first, then with the prefetch, which must miss."""
@@ -279,7 +279,7 @@ def test_the_prefetch_edit_fits_this_torchs_amx_template_and_picks_its_rule_by_k
 
 def test_the_narrow_attention_kernel_serves_compiled_and_eager_bfloat16_tree_forwards(narrow_kernel):
     """Over a bfloat16 cache, tree forwards attend through our C++ kernel
-    (specharness.narrow_attention), inside compiled graphs as one extern op, on each of its paths:
+    (specharness.model.accel.narrow_attention), inside compiled graphs as one extern op, on each of its paths:
     AMX where the CPU has it (10 rows eager, 16 padded to the bucket 8 when compiled) and
     AVX512-BF16 (``EngineOptions(narrow_attention="avx512")``). Compiled and eager, each gives the logits
     of the same forward through SDPA's kernel (ours switched off) to within bfloat16 rounding: two

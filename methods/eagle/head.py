@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specharness.model import AttentionWeights, KVCache, LayerWeights, TargetModel, decoder_layer, rms_norm
+from specharness.model import AttentionWeights, HeadShape, KVCache, LayerWeights, TargetModel, decoder_layer, rms_norm
 
 
 class EagleHead(nn.Module):
@@ -63,5 +63,6 @@ class EagleHead(nn.Module):
         h = self.fc(torch.cat([emb, feat], dim=-1))
         layer = LayerWeights(self.ln1, AttentionWeights(self.wqkv, None, self.wo), self.ln2, self.w_gate_up, self.w_down)
         cos, sin = target.rope_at(positions)
-        h = decoder_layer(h, layer, target.shape, self.eps, cos, sin, cache.k[0], cache.v[0], slots, mask, target.attention)
+        shape = HeadShape(self.shape["n_heads"], self.shape["n_kv"], self.shape["head_dim"])  # the head's own layout
+        h = decoder_layer(h, layer, shape, self.eps, cos, sin, cache.k[0], cache.v[0], slots, mask, target.attention)
         return rms_norm(h, self.out_norm, self.eps)

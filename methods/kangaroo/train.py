@@ -5,7 +5,7 @@
    distribution at every answer position are captured during that same generation, so no second
    pass over the data is needed. The dataset is reused when it exists with the same recipe.
 2. Training: the frozen target's shallow states go through the adapter (its attention runs through
-   ``TargetModel.attention``, the very code the drafter uses at inference) and the shared LM head
+   ``TargetModel.attention_block``, the very code the drafter uses at inference) and the shared LM head
    restricted to the ``draft_vocab`` most frequent answer tokens (0 = full head). The loss is the
    paper's cross-entropy against the target's distribution (soft labels), truncated to its top-k:
    ``-sum_{v in topk ∩ draft vocab} p(v) log q(v)``. AdamW, linear warm-up, cosine decay, grad-norm

@@ -22,7 +22,7 @@ Heads come from ``-o heads_path=...``:
   * ``random``: seeded untrained heads (random residual blocks, the target's shared LM head), for
     losslessness tests: the output must not depend on the heads.
   * empty (default): the heads ``python -m specharness train medusa`` cached for this target
-    under ``specharness.model.cache_root()/medusa/<model>``; if there are none, the run stops
+    under ``specharness.paths.cache_root()/medusa/<model>``; if there are none, the run stops
     with a one-line message that says how to train them.
 """
 
@@ -82,7 +82,10 @@ class MedusaDrafter:
     def __init__(self, target, heads: MedusaHeads, tree: str = "chain", tree_size: int = 7) -> None:
         self.target, self.heads = target, heads
         self.chain = tree == "chain"
-        self.parents, self.picks = structure(paths(tree, heads.n_heads, tree_size))
+        # a rank past the vocabulary names no token (a tiny model under mc_sim_7b_63): those paths go;
+        # a path's prefixes rank no higher, so what is left is still a tree
+        kept = [p for p in paths(tree, heads.n_heads, tree_size) if max(p, default=0) < target.vocab_size]
+        self.parents, self.picks = structure(kept)
         self.depth_of = [d for d, _ in self.picks]
         self.top = max(r for _, r in self.picks) + 1
         self.max_width = len(self.picks) + 1  # the widest verification forward (compiled before timing)

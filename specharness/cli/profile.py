@@ -44,7 +44,9 @@ def add_parser(sub) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    import torch
     threads = check_threads(args.threads)
+    torch.set_num_threads(threads)  # before the bandwidth is measured: rooflines at --threads
     try:
         configs = [tuple(c.split("/")) for c in args.configs.split(",") if c]
         widths = [int(w) for w in args.widths.split(",")]

@@ -16,7 +16,7 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -189,6 +189,3 @@ def choose(dtype: str, compile_mode: str, model: str, device: str, threads: int,
     best = min(rows, key=lambda r: r["step_ms"])
     return EngineConfig(best["dtype"], best["compile"], source)
 
-
-def describe(config: EngineConfig) -> dict:
-    return asdict(config)

@@ -105,7 +105,10 @@ class Attention:
             return (p.unsqueeze(-1) * values.float().unsqueeze(1)).sum(-2).reshape(1, H * d).to(out_dtype)
         q = q.to(k_cache.dtype)
         rows = q.reshape(Hkv, g * T, d)  # a group's query heads as rows of one matrix: K/V read once per group
-        if self.narrow and not wide and T <= narrow_attention.max_width(self.narrow) and k_cache.dtype == torch.bfloat16:
+        # the C++ op has no backward: a forward that trains (an adapter in bfloat16) takes SDPA
+        trains = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+        if (self.narrow and not wide and not trains and T <= narrow_attention.max_width(self.narrow)
+                and k_cache.dtype == torch.bfloat16):
             o = narrow_attention.narrow_attention(rows, k_cache, v_cache, bias, self.narrow)
         elif T == 1:
             return F.scaled_dot_product_attention(rows, keys, values, attn_mask=bias).reshape(1, H * d).to(out_dtype)

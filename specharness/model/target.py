@@ -123,6 +123,7 @@ class TargetModel:
             raise UsageError(f"unknown compile mode '{mode}'; choose one of {', '.join(COMPILE_MODES)}")
         stack = self.backend.stack
         self.backend = EagerBackend(stack) if mode == "none" else CompiledBackend(stack, mode, self.device, self.options)
+        self.engine = {**self.engine, "compile": mode}
         self.memo.pop("session-cache", None)
 
     # ---- loading -------------------------------------------------------------------------
@@ -151,7 +152,7 @@ class TargetModel:
     @property
     def kv_dtype(self) -> torch.dtype:
         """The cache's dtype: the weights'. On CPU a bfloat16 cache halves the bytes attention reads
-        and lets wider forwards take SDPA's AMX flash kernel (see ``attend``)."""
+        and lets wider forwards take SDPA's AMX flash kernel (see ``layers.Attention``)."""
         return self.dtype
 
     def new_cache(self, max_len: int, n_layers: int | None = None) -> KVCache:
@@ -323,6 +324,8 @@ class TargetModel:
         """The model's own greedy continuation of ``prompt``, one position per forward, with no
         drafter and no engine: a reference the engine's output can be held against (an oracle's
         look-ahead, identity checks). Stops after an end-of-sequence token."""
+        if max_new_tokens <= 0:
+            return []
         cache = self.new_cache(len(prompt) + max_new_tokens + 1)
         logits = self.forward(torch.as_tensor(prompt, device=self.device), cache, 0, head=True, prefill=True).logits
         out: list[int] = []

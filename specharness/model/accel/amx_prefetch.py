@@ -61,8 +61,8 @@ def install(enabled: bool = True) -> bool:
     """Edit the template once per process; True when compiled AMX GEMMs prefetch (``enabled``:
     ``EngineOptions.amx_prefetch``)."""
     global _installed
-    if not enabled:  # the edit is process-wide: a target made after it with prefetch off still reads it
-        return False
+    if not enabled:  # the edit is process-wide: a target made after it with prefetch off still compiles with it
+        return bool(_installed)
     if _installed is not None:
         return _installed
     _installed = False

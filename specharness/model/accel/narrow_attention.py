@@ -23,7 +23,7 @@ compiler inductor needs) into ``cache_root()/kernels``, keyed by the source and 
 registered as ``torch.ops.specharness.narrow_attention`` with a fake kernel, so compiled graphs
 of a static width call it as one extern op (the dynamic-width graph of prefills keeps SDPA: a width
 test there would be a guard, and a prompt on its other side a recompile while timing). Where it cannot be used (no AVX512-BF16, another head size, no compiler,
-a failed build: one line on stderr says which), ``available`` is False and ``attend`` keeps SDPA.
+a failed build: one line on stderr says which), ``available`` is False and attention keeps SDPA.
 ``EngineOptions.narrow_attention`` (``SPECHARNESS_NARROW_ATTENTION=0``) switches it off; ``avx512`` keeps it off AMX.
 """
 
