@@ -37,10 +37,10 @@ class TokenRecycling:
     exit_layer = 0
 
     def __init__(self, target, top_k: int, nodes: int, warm: bool) -> None:
-        self.k, self.warm = top_k, warm
-        self.paths = sorted((p for p in TEMPLATE[:nodes] if max(p) < top_k), key=len)  # parents first
+        self.k, self.warm = min(top_k, target.vocab_size), warm  # no token has more successors than the vocabulary
+        self.paths = sorted((p for p in TEMPLATE[:nodes] if max(p) < self.k), key=len)  # parents first
         self.max_width = len(self.paths) + 1
-        self.matrix = torch.full((target.vocab_size, top_k), -1, dtype=torch.long)
+        self.matrix = torch.full((target.vocab_size, self.k), -1, dtype=torch.long)
 
     def begin(self, state: DecodeState, prefill_hidden) -> None:
         if not self.warm:

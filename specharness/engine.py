@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 
 from .api import DecodeState, Drafter, Verified
-from .model import TargetModel
+from .model import TargetModel, bucket
 from .records import Generation, Round
 from .timing import RoundTimer
 from .tree import Tree
@@ -42,7 +42,9 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
     timer = RoundTimer(target.device)
     n_prompt = len(prompt_ids)
     gen = torch.Generator(device=target.device).manual_seed(seed)
-    cache = target.session_cache(n_prompt + max_new_tokens + CACHE_ROOM)
+    # room past prompt + answer for the last round's drafts, padded to their width bucket
+    room = max(CACHE_ROOM, bucket(int(getattr(drafter, "max_width", 1))))
+    cache = target.session_cache(n_prompt + max_new_tokens + room)
     state = DecodeState(target, cache, list(prompt_ids), n_prompt, max_new_tokens, temperature, gen)
     l, capture = drafter.exit_layer, tuple(getattr(drafter, "capture_layers", ()))
     rounds: list[Round] = []
@@ -77,12 +79,21 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
         tree = Tree.from_drafts(prop.parents, k)
         if max(tree.depths) > state.max_draft:
             raise RuntimeError(f"drafter proposed a path of {max(tree.depths)} tokens with room for {state.max_draft}")
+        if pos + target.backend.width(k + 1) > cache.max_len:
+            raise RuntimeError(f"drafter proposed {k} drafts at position {pos}, past the cache's {cache.max_len} slots; "
+                               "a drafter that proposes wide trees must declare its max_width")
         x = prop.hidden if prop.hidden is not None else torch.tensor([state.ids[-1], *drafts], device=target.device)
         out = target.forward(x, cache, pos, prop.layer, tree=tree, head=True, capture=capture)
         timer.mark()  # verified
         extra = {} if tree.is_chain else {"parents": prop.parents}
         acc = accept(out.logits, drafts, prop.q, temperature, gen, **extra)
-        path = tuple(acc.path) if getattr(acc, "path", None) is not None else tuple(range(1, acc.accepted + 1))
+        if getattr(acc, "path", None) is not None:
+            path = tuple(acc.path)
+        elif tree.is_chain:
+            path = tuple(range(1, acc.accepted + 1))
+        else:  # a tree's kept nodes are not 1..n: guessing them would keep the wrong drafts
+            raise RuntimeError("the verifier returned no path for a tree proposal; a tree verifier must say which "
+                               "nodes it kept (Acceptance.path)")
         new = [drafts[i - 1] for i in path] + [acc.next_token]
         for i, tok in enumerate(new):
             if tok in eos:
@@ -98,7 +109,9 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
                                        [current, *drafts], out.logits))
         timer.mark()  # accepted
         draft_s, verify_s, accept_s = timer.split()
-        rounds.append(Round(k, min(len(path), len(new)), draft_s, verify_s, accept_s, width=k + 1))
+        kept = min(len(path), len(new))
+        rounds.append(Round(k, kept, draft_s, verify_s, accept_s, width=k + 1,
+                            rejected_at=kept + 1 if kept == len(path) and tree.children[nodes[-1]] else 0))
         if on_round:
             on_round(rounds[-1])
     out_ids = state.ids[n_prompt:n_prompt + max_new_tokens]

@@ -17,12 +17,14 @@ memory, a lost node) loses nothing: its question goes back to the queue and runs
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
+from .engine_options import EngineOptions
 from .errors import UsageError
 from .outputs import ResultFiles
 from .records import QuestionResult
@@ -44,7 +46,7 @@ class RunSpec:
     verifier: str | None
     settings: object
     warmup_question: object = None
-    extra: dict = field(default_factory=dict)
+    options: EngineOptions | None = None  # the driver's engine switches: a worker's environment does not decide
 
 
 class Worker:
@@ -54,7 +56,8 @@ class Worker:
         from .runner import warm_up
         from .session import EngineRequest, Session
         self.spec = spec
-        session = Session(EngineRequest(spec.model, spec.dtype, spec.compile, spec.device, spec.threads), spec.plugins)
+        session = Session(EngineRequest(spec.model, spec.dtype, spec.compile, spec.device, spec.threads), spec.plugins,
+                          options=spec.options)
         self.target = session.target
         self.methods = {label: session.method(name, opts, spec.settings.temperature, spec.verifier, label)
                         for label, (name, opts) in spec.variants.items()}
@@ -72,6 +75,24 @@ class Worker:
         return results, {**self.hardware, "pid": os.getpid()}
 
 
+MAX_RETRIES = 2  # a question may lose this many workers and run again; one more and the run stops
+
+
+def check_reachable(address: str | None, timeout_s: float = 3.0) -> None:
+    """A HOST:PORT cluster address that accepts no connection is one line within seconds (Ray's own
+    connect retries for minutes); None (a new local cluster) and 'auto' are Ray's to resolve."""
+    if not address or address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"--address '{address}': write HOST:PORT (e.g. 127.0.0.1:6379) or auto")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise UsageError(f"no Ray cluster answers at {address} ({exc.strerror or type(exc).__name__}); start one with "
+                         "'ray start --head' and pass its address, or leave --address out for a local one") from None
+
+
 def run_on_ray(spec: RunSpec, items: list[tuple[int, object, list[str]]], on_result: Callable[[QuestionResult], None],
                address: str | None, workers: int, progress: Callable[[str], None] | None = None,
                on_dispatch: Callable | None = None) -> dict:
@@ -83,6 +104,7 @@ def run_on_ray(spec: RunSpec, items: list[tuple[int, object, list[str]]], on_res
     except ImportError:
         raise UsageError("--executor ray needs Ray: pip install \".[ray]\" (or pip install ray)") from None
     if not ray.is_initialized():
+        check_reachable(address)
         try:
             ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
         except Exception as exc:  # no cluster at the address, bad address...
@@ -97,6 +119,7 @@ def run_on_ray(spec: RunSpec, items: list[tuple[int, object, list[str]]], on_res
     ray.get([a.ready.remote() for a in idle])  # loaded and warmed up: from here on, the run's own time
     run_started = time.perf_counter()
     started, retries = len(idle), 0
+    lost: dict[int, int] = {}  # question index -> workers lost on it
     inflight: dict = {}
     while queue or inflight:
         while idle and queue:
@@ -112,6 +135,13 @@ def run_on_ray(spec: RunSpec, items: list[tuple[int, object, list[str]]], on_res
                 results, hw = ray.get(ref)
             except (RayActorError, WorkerCrashedError) as exc:
                 retries += 1
+                lost[item[0]] = lost.get(item[0], 0) + 1
+                if lost[item[0]] > MAX_RETRIES:  # what came back is saved; this question would kill workers forever
+                    for a in [*idle, *(act for act, _ in inflight.values())]:
+                        ray.kill(a)
+                    raise UsageError(f"question {item[1].question_id} lost its worker {lost[item[0]]} times "
+                                     f"({type(exc).__name__}); the finished questions are saved: leave it out "
+                                     "(--subtasks/--limit) or run it with --executor local to see why, then --resume")
                 if progress:
                     progress(f"worker lost on question {item[1].question_id} ({type(exc).__name__}); running it "
                              "again on a new worker")
@@ -209,7 +239,7 @@ def run_on_ray_workers(plan: RunPlan, session: Session, files: ResultFiles) -> i
     variants = {m.label: plan.variants.get(m.label, ("vanilla", [])) for m in files.methods}
     warm = Question("warmup", "qa", "qa", plan.questions[0].turns[:1]) if s.warmup and plan.questions else None
     spec = RunSpec(plan.engine.model, plan.engine.device, target.engine["dtype"], target.engine["compile"],
-                   session.threads, plan.plugins, variants, plan.verifier, s, warm)
+                   session.threads, plan.plugins, variants, plan.verifier, s, warm, session.options)
     items = [(qi, q, [m.label for m in todo]) for qi, q, todo in pending(files.methods, plan.questions, files.done)]
     workers = plan.workers or 1
     print(f"executor: ray, {workers} worker(s) x {session.threads} thread(s); each loads the model once and warms "

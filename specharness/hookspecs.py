@@ -48,6 +48,9 @@ class DrafterSpec:
     # options that build it on a tiny random model with nothing trained (lossless levels a and c),
     # e.g. {"adapter": "random"}; the user's options still win
     tiny_options: dict = field(default_factory=dict)
+    # it cannot sample (an oracle that compares drafts with the greedy answer): a run or lossless
+    # level at a temperature > 0 is refused with one line before anything is spent
+    greedy_only: bool = False
 
 
 @dataclass(frozen=True)

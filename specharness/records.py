@@ -27,6 +27,10 @@ class Round:
     verify_s: float
     accept_s: float
     width: int = 0  # positions the round's target forward computed (drafted + 1; the prompt for a prefill)
+    # the depth (1-based) of the draft the target rejected on the path it took, 0 when none was: the
+    # path ran out of drafts (every one kept) or the round drafted nothing. For a tree, a rejection at
+    # depth d needs a drafted child of the path's node at depth d - 1 (lossless level c counts these)
+    rejected_at: int = 0
 
 
 @dataclass

@@ -75,10 +75,18 @@ def resolve_verifier(registry: Registry, name: str | None, temperature: float):
     return vspec
 
 
+def check_sampling(registry: Registry, name: str, temperature: float) -> None:
+    """A greedy-only method at a temperature > 0 is one line, before anything loads or runs."""
+    if temperature > 0 and getattr(registry.method(name), "greedy_only", False):
+        raise UsageError(f"method '{name}' is greedy only; use --temperature 0 (or leave it out of sampling checks "
+                         "with --levels greedy)")
+
+
 def build_method(registry: Registry, name: str, raw_options: list[str] | dict, target: TargetModel,
                  temperature: float, verifier: str | None = None) -> Method:
     """Resolve options and the verifier, build the drafter, and wrap it in the engine."""
     spec = registry.method(name)
+    check_sampling(registry, name, temperature)
     options = resolve_options(name, spec.options, raw_options)
     defaults = {o.name: o.default for o in spec.options}
     changed = {k: v for k, v in options.items() if v != defaults[k]}

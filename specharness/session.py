@@ -1,8 +1,8 @@
 """The one owner of a run: a validated ``RunPlan`` and the ``Session`` that sets the machine up once.
 
-Every command that decodes (``run``, ``compare``, a Ray worker, ``lossless``, ``profile``,
-``train``) goes through ``Session``: threads -> engine options -> engine choice -> target ->
-compile -> registry -> methods, in that order, in one place. ``RunPlan.create`` checks everything
+Every command that decodes on a real target (``run``, ``compare``, a Ray worker, ``lossless``'s
+greedy and (b) levels, ``profile``, ``train``) goes through ``Session``: threads -> engine options
+-> registry -> engine choice -> target -> compile -> methods, in that order, in one place. ``RunPlan.create`` checks everything
 a user can get wrong (settings, methods and their options, the verifier, the executor, the
 question file, the outputs) before anything slow is loaded, so a bad input costs a second.
 ``executors.execute(plan, session)`` then runs the plan; its result files are written by an
@@ -21,7 +21,7 @@ from .engine_options import EngineOptions
 from .errors import UsageError
 from .options import method_variants, resolve_options
 from .plugins import Registry, build_registry
-from .runner import Method, Settings, build_method, check_settings, resolve_verifier
+from .runner import Method, Settings, build_method, check_sampling, check_settings, resolve_verifier
 from .tasks.specbench import (Question, QuestionSource, describe_selection, find_question_file, load_questions,
                               parse_subtasks, select)
 
@@ -151,6 +151,7 @@ class RunPlan:
         variants = method_variants(methods, options)
         for name, opts in variants.values():  # a bad method, option or verifier fails now
             resolve_options(name, registry.method(name).options, opts)
+            check_sampling(registry, name, settings.temperature)
         resolve_verifier(registry, verifier, settings.temperature)
         out, out_dir = outputs.pop("out", None), outputs.pop("out_dir", None)
         out, out_dir = Path(out) if out else None, Path(out_dir) if out_dir else None

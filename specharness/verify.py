@@ -70,6 +70,9 @@ def speculative_sampling(logits: torch.Tensor, drafts: list[int], q: torch.Tenso
             for c, u_c in zip(kids, u):
                 x = drafts[c - 1]
                 q_x = float(qn[x]) if qn is not None else 1.0
+                if q_x <= 0.0:  # u * 0 <= p[x] would accept it whatever p says
+                    raise RuntimeError(f"draft token {x} (node {c}) has probability 0 under the q it came with: a "
+                                       "drafter's q must be the distribution its drafts were drawn from")
                 if u_c * q_x <= float(p[x]):  # accept with min(1, p/q), without dividing by a tiny q
                     break
                 if qn is None:  # a point mass on x: max(0, p - q) is p without x

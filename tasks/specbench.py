@@ -111,28 +111,32 @@ def spec_bench_file(url: str | None = None) -> Path:
 
 def load_questions(path: Path | str) -> list[Question]:
     """Parse a Spec-Bench question file; a malformed line is reported by number."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").split("\n")  # not splitlines: JSON may hold U+2028
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"question file '{path}' is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as "
+                         "UTF-8 JSON lines") from None
     out, seen = [], set()
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                d = json.loads(line)
-                qid, category, turns = d["question_id"], d["category"], d["turns"]
-                if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
-                    raise ValueError("'turns' must be a non-empty list of strings")
-            except (json.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
-                reason = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc).split("\n")[0]
-                raise UsageError(f"{path}:{n}: malformed question ({reason}); each line must be JSON "
-                                 "with question_id, category and turns") from None
-            if qid in seen:
-                raise UsageError(f"{path}:{n}: question_id {qid} appears twice; ids must be unique")
-            seen.add(qid)
-            sub = subtask_of(category)
-            if sub not in SUBTASKS:
-                raise UsageError(f"{path}:{n}: unknown category '{category}'; expected an MT-bench "
-                                 f"category or one of {', '.join(SUBTASKS[1:])}")
-            out.append(Question(qid, category, sub, tuple(turns)))
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            qid, category, turns = d["question_id"], d["category"], d["turns"]
+            if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
+                raise ValueError("'turns' must be a non-empty list of strings")
+        except (json.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
+            reason = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc).split("\n")[0]
+            raise UsageError(f"{path}:{n}: malformed question ({reason}); each line must be JSON "
+                             "with question_id, category and turns") from None
+        if qid in seen:
+            raise UsageError(f"{path}:{n}: question_id {qid} appears twice; ids must be unique")
+        seen.add(qid)
+        sub = subtask_of(category)
+        if sub not in SUBTASKS:
+            raise UsageError(f"{path}:{n}: unknown category '{category}'; expected an MT-bench "
+                             f"category or one of {', '.join(SUBTASKS[1:])}")
+        out.append(Question(qid, category, sub, tuple(turns)))
     if not out:
         raise UsageError(f"question file '{path}' holds no questions")
     return out

@@ -31,9 +31,9 @@ OPTION_SETS = [
 
 def assert_same_or_near_tie(target, prompt: list[int], ref: list[int], out: list[int], label: str) -> None:
     """Token-for-token identity; a divergence passes only as a float32 near-tie (the target's top-2
-    margin < 1e-4 there and the method took the runner-up: ``specharness.lossless.classify``), and
+    margin < 1e-4 there and the method took the runner-up: ``specharness.identity.classify``), and
     is then reported, never hidden."""
-    from specharness.lossless import TOLERANCES, classify, top2_margin
+    from specharness.identity import TOLERANCES, classify, top2_margin
     if out == ref:
         return
     i = next((j for j, (a, b) in enumerate(zip(ref, out)) if a != b), min(len(ref), len(out)))

@@ -13,6 +13,6 @@ def specharness_drafters() -> list[DrafterSpec]:
     return [DrafterSpec("kangaroo-oracle", build, OPTIONS,
                         params=lambda target, options: kangaroo.extra_params(target, options),
                         info=lambda target, options: kangaroo.adapter_info(target, options),
-                        tiny_options={"adapter": "random"},
+                        tiny_options={"adapter": "random"}, greedy_only=True,
                         help="Kangaroo with the oracle draft stop (greedy only): an upper bound on any "
                              "confidence stop; its look-ahead is left out of the timings")]

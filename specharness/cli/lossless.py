@@ -7,10 +7,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from .. import identity
 from .. import lossless as checks
 from ..errors import UsageError
 from ..runner import build_method
@@ -51,8 +51,9 @@ def add_parser(sub) -> None:
     p.add_argument("--limit", type=int, default=1, help="questions per subtask for the greedy check")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per turn in the greedy check")
     p.add_argument("--tolerance", type=float, default=None,
-                   help="how far below the top logit both diverging tokens may sit for a near-tie (default "
-                        "1e-4 in float32; in float16/bfloat16 calibrated on the model's kernel noise)")
+                   help="how far below the float32 reference's top logit both diverging tokens may sit for a "
+                        "near-tie (default 1e-4 in float32; in float16/bfloat16 a fixed bound of a few ulps, "
+                        "see specharness/identity.py)")
     p.add_argument("--temperature", type=float, default=1.3, help="sampling temperature of (a), (b), (c)")
     p.add_argument("--tiny-vocab", type=int, default=8, help="vocabulary of the tiny model in (a)")
     p.add_argument("--k", type=int, default=3, help="tokens whose joint distribution (a) enumerates")
@@ -90,6 +91,9 @@ def _split_verifiers(registry, text: str | None) -> dict[bool, str | None]:
 
 
 def _check_args(args) -> list[str]:
+    if args.dtype not in ("float32", "bfloat16", "float16"):
+        raise UsageError(f"lossless --dtype '{args.dtype}': give float32, bfloat16 or float16 (the check's bound "
+                         "depends on it)")
     levels = [x.strip() for x in args.levels.split(",") if x.strip()]
     bad = [x for x in levels if x not in ("greedy", "a", "b", "c")]
     if bad or not levels:
@@ -111,22 +115,28 @@ def _check_args(args) -> list[str]:
     return levels
 
 
-def _tiny_level(args, registry, level: str, verifier: str | None, progress: bool) -> dict:
-    """Level (a) or (c) on a tiny random llama, the method built with its tiny defaults."""
-    import torch
-
+def _tiny_method(args, registry, level: str, verifier: str | None):
+    """(tiny model, method) for level (a) or (c): a tiny random llama, the method built with its
+    tiny defaults. Built before any level runs, so a method that cannot run there says so at once."""
     from ..model import TargetModel
-    vocab, k = (args.tiny_vocab, args.k) if level == "a" else (args.tiny_vocab_c, args.k_c)
-    n, w = (args.samples_a, args.effect_a) if level == "a" else (args.samples_c, args.effect_c)
+    vocab = args.tiny_vocab if level == "a" else args.tiny_vocab_c
     tiny = TargetModel.tiny("llama", vocab_size=vocab, n_layers=4, hidden_size=32, n_heads=4, n_kv_heads=2, seed=0)
     spec = registry.method(args.method)
     defaults = [f"{key}={value}" for key, value in getattr(spec, "tiny_options", {}).items()]
     try:
         method = build_method(registry, args.method, defaults + args.option + args.tiny_option, tiny, args.temperature,
-                        verifier)
+                              verifier)
     except UsageError as exc:
         raise UsageError(f"level ({level}) cannot build '{args.method}' on the tiny model ({exc}); pass options "
                          f"for it with --tiny-option, or leave it out with --levels") from None
+    return tiny, method
+
+
+def _tiny_level(args, tiny, method, level: str, progress: bool) -> dict:
+    """Level (a) or (c) on the tiny model."""
+    import torch
+    vocab, k = (args.tiny_vocab, args.k) if level == "a" else (args.tiny_vocab_c, args.k_c)
+    n, w = (args.samples_a, args.effect_a) if level == "a" else (args.samples_c, args.effect_c)
     prompt = [1, 2, 3, 4, 5][: max(1, vocab - 1)]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model's ops are too small to share; threads only add overhead
@@ -155,7 +165,7 @@ def cmd_lossless(args) -> int:
             raise UsageError(f"--certify: '{args.certify}' is not a directory of result files")
         if args.threads:
             torch.set_num_threads(args.threads)
-        results = checks.certify(Path(args.certify), args.bench_file)
+        results = identity.certify(Path(args.certify), args.bench_file)
         bugs = sum(r["bug"] for r in results.values())
         print(f"certify: {len(results)} file(s), {bugs} bug(s) -> {'FAIL' if bugs else 'PASS'}")
         return 1 if bugs else 0
@@ -175,14 +185,18 @@ def cmd_lossless(args) -> int:
     failed = False
     progress = not args.quiet and sys.stderr.isatty()
 
+    # every level's method is built now, before any level spends time: one that cannot run says why
+    tiny = {level: _tiny_method(args, registry, level, verifiers[True]) for level in ("a", "c") if level in levels}
     target = None
     if "greedy" in levels or "b" in levels:
         request = EngineRequest(args.model, args.dtype, args.compile, args.device, args.threads)
         target = Session(request, registry=registry).target
+    sampled = (build_method(registry, args.method, args.option, target, args.temperature, verifiers[True])
+               if "b" in levels else None)
 
     if "greedy" in levels:
         from ..tasks.specbench import describe_selection, find_question_file, load_questions, parse_subtasks, select
-        tol = checks.calibrate_tolerance(target, args.dtype, args.tolerance)
+        tol = identity.tolerance_for(target.n_layers, args.dtype, args.tolerance)
         source = find_question_file(args.bench_file, args.bench)
         available, subtasks = load_questions(source.path), parse_subtasks(args.subtasks)
         qs = select(available, subtasks, args.limit)
@@ -191,25 +205,22 @@ def cmd_lossless(args) -> int:
         for line in describe_selection(source, available, subtasks, args.limit):
             print(line, file=sys.stderr)
         print(f"greedy: {args.method} (verifier {method.verifier}) vs vanilla on {len(qs)} questions, "
-              f"{args.max_new_tokens} tokens per turn, {target.name} {args.dtype}")
-        g = checks.greedy_check(target, method, vanilla, qs, args.max_new_tokens, tol)
-        ties = sum(m.kind == "near-tie" for m in g.mismatches)
-        bugs = sum(m.kind == "bug" for m in g.mismatches)
-        print(f"greedy: {g.identical}/{g.prompts} prompts identical ({g.tokens} vanilla tokens); "
-              f"{ties} near-tie(s), {bugs} bug(s) -> {'PASS' if g.passed else 'FAIL'}")
-        report["levels"]["greedy"] = {"prompts": g.prompts, "identical": g.identical, "tokens": g.tokens,
-                                      "tolerance": asdict(tol), "mismatches": [asdict(m) for m in g.mismatches],
-                                      "passed": g.passed}
+              f"{args.max_new_tokens} tokens per turn, {target.name} {args.dtype}; near-tie bound {tol.basis}")
+        g = identity.greedy_check(target, method, vanilla, qs, args.max_new_tokens, tol)
+        print(f"greedy: {g.identical_turns}/{g.turns} turns identical, {g.tokens_compared} tokens compared; "
+              f"{len(g.divergences)} divergence(s): {g.certified} certified near-tie(s), {g.uncertified} uncertified "
+              f"(largest gap {g.largest_gap:.3g}) -> {'PASS' if g.passed else 'FAIL'}")
+        report["levels"]["greedy"] = {**g.as_dict(), "passed": g.passed}
         failed |= not g.passed
 
     for level in ("a", "c"):
-        if level in levels:
-            r = _tiny_level(args, registry, level, verifiers[True], progress)
+        if level in tiny:
+            r = _tiny_level(args, *tiny[level], level, progress)
             report["levels"][level] = r
             failed |= not r["passed"]
 
-    if "b" in levels:
-        method = build_method(registry, args.method, args.option, target, args.temperature, verifiers[True])
+    if sampled is not None:
+        method = sampled
         if target.tokenizer is not None:
             prompt = target.tokenizer(checks.B_PROMPT, add_special_tokens=False)["input_ids"]
         else:

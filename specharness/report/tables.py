@@ -78,6 +78,7 @@ def identity(runs: list[Run]) -> list[Section]:
         f = d / "identity_certified.json"
         if f.is_file():
             certified.update(json.loads(f.read_text()))
+    bound_based = any("tokens_compared" in c for c in certified.values())
     for r in sorted(runs, key=lambda r: r.label):
         if r.is_vanilla or r.baseline is None or r.temperature != 0:
             continue
@@ -93,18 +94,28 @@ def identity(runs: list[Run]) -> list[Section]:
                         first = f"question {q.question_id} turn {t + 1} token {j}"
         c = certified.get(r.label)
         cert = [str(c["near_tie"]), str(c["bug"])] if c else ["-", "-"]
+        if bound_based:  # certified against the float32 reference: how many tokens that covered
+            cert.insert(0, str(c["tokens_compared"]) if c and "tokens_compared" in c else "-")
         rows.append([r.label, str(turns), str(turns - differ), *cert, first or "-"])
         data[r.label] = {"turns": turns, "identical": turns - differ, "first_difference": first, "certified": c}
     if not rows:
         return [Note("greedy identity table skipped: no greedy file with a vanilla baseline")]
-    caption = ("Greedy outputs against vanilla's on the same questions, turn by turn (token ids). A "
-               "difference is a bug unless certified a float near-tie: `specharness lossless --certify DIR` "
-               "checks that both tokens at each first differing position sit within the tolerance of the target's "
-               "top logit, twice the kernel noise measured on the model (near-ties / bugs columns; "
-               "'-' = not certified).")
-    return [Table("identity", "Greedy identity.", caption,
-                  ["File", "Turns", "Identical", "Near-ties (certified)", "Bugs (certified)", "First difference"],
-                  rows, data)]
+    if bound_based:
+        caption = ("Greedy outputs against vanilla's on the same questions, turn by turn (token ids). A "
+                   "difference is a bug unless certified a near-tie by `specharness lossless --certify DIR`: at each "
+                   "turn's first differing position both tokens sit within a fixed bound of the top logit of the "
+                   "target's weights run in float32 by transformers (specharness/identity.py); tokens compared = "
+                   "every token up to and including each turn's first difference ('-' = not certified).")
+        header = ["File", "Turns", "Identical", "Tokens compared", "Near-ties (certified)", "Uncertified",
+                  "First difference"]
+    else:
+        caption = ("Greedy outputs against vanilla's on the same questions, turn by turn (token ids). A "
+                   "difference is a bug unless certified a float near-tie: `specharness lossless --certify DIR` "
+                   "checks that both tokens at each first differing position sit within the tolerance of the "
+                   "target's top logit, twice the kernel noise measured on the model (near-ties / bugs columns; "
+                   "'-' = not certified).")
+        header = ["File", "Turns", "Identical", "Near-ties (certified)", "Bugs (certified)", "First difference"]
+    return [Table("identity", "Greedy identity.", caption, header, rows, data)]
 
 
 def paired_tests(runs: list[Run]) -> list[Section]:

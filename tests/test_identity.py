@@ -1,0 +1,111 @@
+"""Greedy identity: whole turns compared with a resync at every divergence, and near-ties certified
+against an independent float32 reference with a bound the code under test cannot widen."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from specharness import identity
+from specharness.model import TargetModel
+from specharness.plugins import build_registry
+from specharness.runner import build_method
+from specharness.tasks.specbench import Question
+
+from test_lossless import PLUGIN
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_classify_takes_either_order_of_the_top_two():
+    """Kernels may flip a near-tie either way: the pair of tokens is what must match."""
+    assert identity.classify(5e-5, 1e-4, method_token=7, top1=3, top2=7) == "near-tie"
+    assert identity.classify(5e-5, 1e-4, method_token=9, top1=3, top2=7) == "bug"  # not the runner-up
+    assert identity.classify(0.3, 1e-4, method_token=7, top1=3, top2=7) == "bug"  # a clear preference
+    assert identity.classify(1e-5, 1e-4, method_token=3, top1=3, top2=7, vanilla_token=7) == "near-tie"
+    assert identity.classify(1e-5, 1e-4, method_token=9, top1=3, top2=7, vanilla_token=3) == "bug"
+
+
+def test_the_bound_is_fixed_by_dtype_depth_and_top_logit_and_capped():
+    """Nothing measured: the same for any model of that depth, and never past 2 x CAP_ULPS ulps."""
+    tol = identity.tolerance_for(30, "bfloat16")
+    assert tol.ulps == pytest.approx(2 * 0.5 * math.sqrt(30)) and tol.ulps <= 2 * identity.CAP_ULPS
+    assert identity.tolerance_for(400, "bfloat16").ulps == 2 * identity.CAP_ULPS  # deep models hit the cap
+    assert tol.at(20.0) == pytest.approx(tol.ulps * 0.125)  # bfloat16's ulp at 16..32 is 1/8
+    assert tol.at(0.01) == identity.TOLERANCES["bfloat16"]  # the absolute floor
+    assert identity.tolerance_for(30, "float32").at(20.0) == 1e-4
+    assert identity.tolerance_for(30, "bfloat16", given=0.3).at(20.0) == 0.3
+
+
+def test_whole_turns_are_compared_with_a_resync_at_each_divergence():
+    """A method that swaps one token (and agrees again once given vanilla's token there): a near-tie
+    when the reference's margin there is under the bound, a bug otherwise; either way every later
+    token of the turn is still compared."""
+    tiny = TargetModel.tiny("llama", vocab_size=16, n_layers=2, hidden_size=32, n_heads=4, n_kv_heads=2, seed=0)
+    tiny.chat_ids = lambda messages: [1, 2, 3]
+    reg = build_registry()
+    vanilla = build_method(reg, "vanilla", [], tiny, 0.0)
+    n = 8
+    v = tiny.greedy_continuation([1, 2, 3], n)
+    ref = identity.Reference(tiny)
+    logits = ref.logits([1, 2, 3] + v[:2])
+    top2 = int(logits.topk(2).indices[1])
+    margin = float(logits.max() - logits[top2])
+
+    def swapping(token):
+        def generate(ids, s, seed, on_round=None):
+            seq = v[:2] + [token] + v[3:] if len(ids) == 3 else v  # forced past the swap: vanilla's own
+            k = len(ids) - 3
+            return SimpleNamespace(token_ids=seq[k:k + s.max_new_tokens])
+        return SimpleNamespace(generate=generate)
+
+    q = [Question("q1", "qa", "qa", ("hello", "again"))]
+    quiet = lambda *_: None  # noqa: E731
+    tie = identity.greedy_check(tiny, swapping(top2), vanilla, q, n, identity.Tolerance(1.5 * margin), quiet, ref)
+    assert tie.passed and tie.turns == 2 and len(tie.divergences) == 2  # once per turn: later turns are compared
+    d = tie.divergences[0]
+    assert (d.position, d.vanilla_token, d.method_token, d.kind) == (2, v[2], top2, "near-tie")
+    assert d.method_gap == pytest.approx(margin) and d.vanilla_gap == pytest.approx(0.0, abs=1e-6)
+    assert tie.tokens_compared == 2 * n  # every token of both turns
+    bug = identity.greedy_check(tiny, swapping(top2), vanilla, q, n, identity.Tolerance(margin / 2), quiet, ref)
+    assert not bug.passed and bug.uncertified == 2 and bug.tokens_compared == 2 * n
+    same = identity.greedy_check(tiny, vanilla, vanilla, q, n, identity.Tolerance(1e-4), quiet, ref)
+    assert same.passed and same.identical_turns == 2 and same.divergences == [] and same.tokens_compared == 2 * n
+
+
+def test_a_broken_wide_path_is_certified_by_the_old_rule_and_caught_by_the_reference(kernel_path, monkeypatch):
+    """The mutant scales the narrow kernel's output wherever a forward holds more than one position
+    (a verification), so vanilla's one-position steps are untouched and every speculative round is
+    wrong. The self-calibrated rule measures that very error as "kernel noise" and certifies what
+    it causes; the float32 reference and its fixed bound call it a bug."""
+    kernel_path("avx512-bf16")
+    from specharness.model.accel import narrow_attention
+    tiny = TargetModel.tiny("llama", vocab_size=64, n_layers=2, hidden_size=128, n_heads=2, n_kv_heads=1, seed=3,
+                            dtype="bfloat16")
+    assert tiny.attention.narrow, "the test needs the narrow kernel serving this model"
+    tiny.chat_ids = lambda messages: [5, 6, 7, 8]
+    real = narrow_attention.narrow_attention
+    monkeypatch.setattr(narrow_attention, "narrow_attention",
+                        lambda rows, k, v, bias, kind="avx512-bf16": real(rows, k, v, bias, kind) * (
+                            1.5 if bias.shape[0] > 1 else 1.0))
+    reg = build_registry([PLUGIN])
+    method = build_method(reg, "random-draft", ["gamma=2"], tiny, 0.0)
+    vanilla = build_method(reg, "vanilla", [], tiny, 0.0)
+    old = identity.self_calibrated_tolerance(tiny, "bfloat16")
+    new = identity.tolerance_for(tiny.n_layers, "bfloat16")
+    assert old.ulps > new.ulps  # the mutant inflated what the old rule measured
+    r = identity.greedy_check(tiny, method, vanilla, [Question("q", "qa", "qa", ("x",))], 12, new, lambda *_: None,
+                              legacy=old)
+    assert r.divergences, "the mutant changed no token: the test would prove nothing"
+    caught = [d for d in r.divergences if d.legacy_kind == "near-tie" and d.kind == "bug"]
+    assert caught, [(d.legacy_kind, d.kind, d.method_gap) for d in r.divergences]
+    assert not r.passed
