@@ -19,8 +19,8 @@ from ..runner import build_method
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "lossless", help="check a method is lossless: greedy identity, sampled distributions",
-        description="Greedy: token-identical to vanilla on Spec-Bench prompts (near-ties told from bugs by the "
-                    "target's top-2 margin). Sampling: chi-square of sampled sequences against the exact "
+        description="Greedy: token-identical to vanilla on Spec-Bench prompts, whole turns (near-ties told from "
+                    "bugs against a float32 reference and a fixed bound). Sampling: chi-square of sampled sequences against the exact "
                     "distribution, (a) on a tiny model, first k tokens enumerated; (c) the same with longer "
                     "generations, so rejections happen at the 2nd draft of a round or later; (b) on the real "
                     "model, first token and second given first. Exits 1 on a failure.",
