@@ -1,4 +1,4 @@
-"""python -m specharness {run,compare,list,train,report,lossless,profile}: the command line, one
+"""python -m specharness {run,compare,list,train,report,lossless,profile,gpu-check}: the command line, one
 module per command (each adds its parser and runs it).
 
 Every user error becomes one line on stderr and exit code 2; Ctrl-C keeps every finished question
@@ -11,11 +11,12 @@ import argparse
 import sys
 
 from ..errors import UsageError
-from . import listing, lossless, profile, report, run, train
+from . import gpu_check, listing, lossless, profile, report, run, train
 from .common import Parser
 
 COMMANDS = {"run": run.cmd_run, "compare": run.cmd_run, "list": listing.cmd_list, "train": train.cmd_train,
-            "report": report.cmd_report, "lossless": lossless.cmd_lossless, "profile": profile.cmd_profile}
+            "report": report.cmd_report, "lossless": lossless.cmd_lossless, "profile": profile.cmd_profile,
+            "gpu-check": gpu_check.cmd_gpu_check}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_parser(sub)
     lossless.add_parser(sub)
     profile.add_parser(sub)
+    gpu_check.add_parser(sub)
     return parser
 
 
