@@ -107,6 +107,7 @@ def test_bad_arguments_are_one_line(capsys, tmp_path):
     assert "config.json" in _one_line_error(capsys, ["gpu-check", "--stage", "identity", "--work", str(tmp_path)])
     (tmp_path / "config.json").write_text("{}")
     assert "unknown stage" in _one_line_error(capsys, ["gpu-check", "--stage", "nope", "--work", str(tmp_path)])
+    assert "not empty" in _one_line_error(capsys, ["gpu-check", *cpu, "--work", str(tmp_path)])
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "notes.txt").write_text("mine")
     assert "other files" in _one_line_error(capsys, ["gpu-check", *cpu])

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from .. import gpu_check
+from ..errors import UsageError
 
 
 def add_parser(sub) -> None:
@@ -37,7 +38,6 @@ def add_parser(sub) -> None:
 def cmd_gpu_check(args: argparse.Namespace) -> int:
     if args.stage:
         if not args.work:
-            from ..errors import UsageError
             raise UsageError("--stage runs inside a gpu-check: it needs --work")
         return gpu_check.run_stage(args.stage, Path(args.work))
     out = Path(args.out)
@@ -46,5 +46,8 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
                                   args.dry_run)
     config["command"] = "python -m specharness " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["gpu-check"] else \
         "python -m specharness gpu-check"
+    if args.work and Path(args.work).exists() and any(Path(args.work).iterdir()):
+        raise UsageError(f"--work {args.work} is not empty: an earlier check's files would mix into this one's; "
+                         "give a new folder or leave --work out")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="specharness-gpu-check-"))
     return gpu_check.run(config, out, work)
