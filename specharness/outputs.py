@@ -38,6 +38,7 @@ def header(plan: "RunPlan", session: "Session", m: "Method", compared_with: list
     target, s = session.target, plan.settings
     return provenance(model=target.name, model_source=target.source, dtype=target.engine["dtype"],
                       compile=target.engine["compile"], engine=target.engine, device=plan.engine.device,
+                      device_name=session.hardware()["device"],
                       threads=session.threads, method=m.name, label=m.label, options=m.options,
                       option_defaults=m.defaults, options_changed=m.changed, verifier=m.verifier,
                       max_new_tokens=s.max_new_tokens, temperature=s.temperature, seed=s.seed, repeats=s.repeats,
