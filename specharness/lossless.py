@@ -58,6 +58,7 @@ def sample(method, prompt: list[int], k: int, n: int, temperature: float, seed: 
     s = Settings(max_new_tokens=generate_tokens or k, temperature=temperature, seed=seed, repeats=1, warmup=0)
     counts: Counter = Counter()
     counts.drafts = [0, 0]  # type: ignore[attr-defined]  # drafted, accepted over all rounds
+    counts.flow = [0, 0]  # type: ignore[attr-defined]  # speculative rounds, generations ended by an EOS
     counts.by_position = {}  # type: ignore[attr-defined]  # depth on the taken path (1-based) -> [reached, accepted, rejected]
     it = range(n)
     if progress:
@@ -67,6 +68,8 @@ def sample(method, prompt: list[int], k: int, n: int, temperature: float, seed: 
     for i in it:
         g = method.generate(prompt, s, seeds[i])
         counts[tuple(g.token_ids[:k])] += 1
+        counts.flow[0] += sum(r.drafted > 0 for r in g.rounds)  # type: ignore[attr-defined]
+        counts.flow[1] += g.stop == "eos"  # type: ignore[attr-defined]
         for r in g.rounds:
             counts.drafts[0] += r.drafted  # type: ignore[attr-defined]
             counts.drafts[1] += r.accepted  # type: ignore[attr-defined]
@@ -90,7 +93,9 @@ def sample_seeds(seed: int, n: int) -> list[int]:
 def _exercised(counts: Counter) -> dict:
     drafted, accepted = getattr(counts, "drafts", (0, 0))
     by_pos = getattr(counts, "by_position", {})
+    rounds, eos_stops = getattr(counts, "flow", (0, 0))
     return {"drafted": drafted, "accepted": accepted, "rejected_rounds_or_drafts": drafted - accepted,
+            "speculative_rounds": rounds, "eos_stops": eos_stops,
             "by_position": {i: dict(zip(("proposed", "accepted", "rejected"), t)) for i, t in sorted(by_pos.items())}}
 
 

@@ -54,6 +54,24 @@ def greedy(logits: torch.Tensor, drafts: list[int], q: torch.Tensor | None, temp
         node = nxt
 
 
+def reject(p: torch.Tensor, q: torch.Tensor | None, x: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(p, q) after draft ``x`` drawn from q was rejected: the target's residual norm(max(0, p - q)),
+    and q without x, renormalised, for the next sibling was drawn from it. ``q`` None is a point mass
+    on x, whose residual is p without x. The one step that keeps the output distributed as p; the
+    sampling tests mutate it (``tests/test_sampling_power.py``). ``q`` is the caller's copy and is
+    zeroed at x in place."""
+    if q is None:
+        residual = p.clone()
+        residual[x] = 0.0
+    else:
+        residual = (p - q).clamp_(min=0)
+        q[x] = 0.0
+        total_q = q.sum()
+        q = q / total_q if total_q > 0 else q
+    total = residual.sum()
+    return (residual / total if total > 0 else p), q  # p == q up to rounding: any sample from p is exact
+
+
 def speculative_sampling(logits: torch.Tensor, drafts: list[int], q: torch.Tensor | None,
                          temperature: float, generator: torch.Generator | None,
                          parents: list[int] | None = None) -> Acceptance:
@@ -75,15 +93,7 @@ def speculative_sampling(logits: torch.Tensor, drafts: list[int], q: torch.Tenso
                                        "drafter's q must be the distribution its drafts were drawn from")
                 if u_c * q_x <= float(p[x]):  # accept with min(1, p/q), without dividing by a tiny q
                     break
-                if qn is None:  # a point mass on x: max(0, p - q) is p without x
-                    residual = p.clone()
-                    residual[x] = 0.0
-                else:
-                    residual = (p - qn).clamp_(min=0)
-                    qn[x] = 0.0  # the next sibling was drawn from q without x
-                    qn = qn / qn.sum() if qn.sum() > 0 else qn
-                total = residual.sum()
-                p = residual / total if total > 0 else p  # p == q up to rounding: any sample from p is exact
+                p, qn = reject(p, qn, x)
             else:
                 return Acceptance(len(path), int(torch.multinomial(p, 1, generator=generator)), tuple(path))
             path.append(c)

@@ -77,8 +77,8 @@ def _say_exercised(r: dict, method: str) -> None:
     e = r["exercised"]
     if e["drafted"]:
         rejected = ", ".join(f"{t['rejected']} at draft {i}" for i, t in e["by_position"].items() if t["rejected"])
-        print(f"  speculative path exercised: {e['drafted']} drafts proposed, {e['accepted']} accepted; "
-              f"rejections: {rejected or 'none'}")
+        print(f"  speculative path exercised: {e['drafted']} drafts proposed in {e['speculative_rounds']} rounds, "
+              f"{e['accepted']} accepted; rejections: {rejected or 'none'}; {e['eos_stops']} generations ended at EOS")
     elif method != "vanilla":
         print(f"  note: {method} proposed no drafts here, so only plain sampling was tested")
 
@@ -117,10 +117,14 @@ def _check_args(args) -> list[str]:
 
 def _tiny_method(args, registry, level: str, verifier: str | None):
     """(tiny model, method) for level (a) or (c): a tiny random llama, the method built with its
-    tiny defaults. Built before any level runs, so a method that cannot run there says so at once."""
+    tiny defaults. Built before any level runs, so a method that cannot run there says so at once.
+    Level (c)'s model ends sequences at token 0 (about half its 5-token generations stop there, after
+    1.7 speculative rounds on average), so generations also stop inside a round, where a drafter's
+    accepted path is cut at the EOS."""
     from ..model import TargetModel
     vocab = args.tiny_vocab if level == "a" else args.tiny_vocab_c
-    tiny = TargetModel.tiny("llama", vocab_size=vocab, n_layers=4, hidden_size=32, n_heads=4, n_kv_heads=2, seed=0)
+    tiny = TargetModel.tiny("llama", vocab_size=vocab, n_layers=4, hidden_size=32, n_heads=4, n_kv_heads=2, seed=0,
+                            eos=0 if level == "c" else None)
     spec = registry.method(args.method)
     defaults = [f"{key}={value}" for key, value in getattr(spec, "tiny_options", {}).items()]
     try:

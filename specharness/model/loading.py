@@ -65,15 +65,16 @@ def check_device(device: str) -> None:
 
 
 def tiny_hf(family: str = "llama", vocab_size: int = 64, n_layers: int = 4, hidden_size: int = 64,
-            n_heads: int = 4, n_kv_heads: int = 2, seed: int = 0, dtype: str = "float32"):
-    """A small random model of a supported family, built in memory (tests, sampling checks)."""
+            n_heads: int = 4, n_kv_heads: int = 2, seed: int = 0, dtype: str = "float32", eos: int | None = None):
+    """A small random model of a supported family, built in memory (tests, sampling checks);
+    ``eos`` makes that token id its end of sequence, so generation can stop mid-round."""
     from transformers import AutoConfig, AutoModelForCausalLM
     if family not in SUPPORTED_FAMILIES:
         raise UsageError(f"unknown family '{family}'; choose one of {', '.join(SUPPORTED_FAMILIES)}")
     cfg = AutoConfig.for_model(
         family, vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
         num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
-        max_position_embeddings=512, tie_word_embeddings=(family == "llama"), eos_token_id=None,
+        max_position_embeddings=512, tie_word_embeddings=(family == "llama"), eos_token_id=eos,
         bos_token_id=None, pad_token_id=None)
     torch.manual_seed(seed)
     hf = AutoModelForCausalLM.from_config(cfg, dtype=DTYPES[dtype])
@@ -81,7 +82,7 @@ def tiny_hf(family: str = "llama", vocab_size: int = 64, n_layers: int = 4, hidd
         for p in hf.parameters():
             if p.dim() == 2:
                 p.normal_(0, 0.3)
-    hf.generation_config.eos_token_id = None
+    hf.generation_config.eos_token_id = eos
     return hf
 
 

@@ -137,9 +137,10 @@ class TargetModel:
     @classmethod
     def tiny(cls, family: str = "llama", vocab_size: int = 64, n_layers: int = 4, hidden_size: int = 64,
              n_heads: int = 4, n_kv_heads: int = 2, seed: int = 0, dtype: str = "float32",
-             options: EngineOptions | None = None) -> "TargetModel":
-        """A small random model of a supported family, built in memory (tests, sampling checks)."""
-        hf = loading.tiny_hf(family, vocab_size, n_layers, hidden_size, n_heads, n_kv_heads, seed, dtype)
+             options: EngineOptions | None = None, eos: int | None = None) -> "TargetModel":
+        """A small random model of a supported family, built in memory (tests, sampling checks);
+        ``eos``: the token id that ends a sequence (none by default)."""
+        hf = loading.tiny_hf(family, vocab_size, n_layers, hidden_size, n_heads, n_kv_heads, seed, dtype, eos)
         return cls(hf, None, name=f"tiny-{family}", source=f"tiny:{family}:{seed}", options=options)
 
     # ---- the forward -----------------------------------------------------------------------
