@@ -319,6 +319,7 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
         row["prefill_ms"] = {str(n): prefill_ms(target, n) for n in PREFILLS}
         row["setup_s"] = time.perf_counter() - started
         row["compile_s"] = target.backend.compile_s
+        row.update(target.kernel_flags())  # a kernel that failed while measuring fell back to SDPA: say so
         result["configs"].append(row)
         del target
     result["rooflines"] = rooflines

@@ -60,9 +60,10 @@ class EagleHead(nn.Module):
                 slots: torch.Tensor, mask: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Predicted features [N, H] for N inputs (token embeddings and features [N, H]) at
         ``positions``, written to ``cache`` slots, attending where ``mask`` [N, slots] allows."""
-        h = self.fc(torch.cat([emb, feat], dim=-1))
         layer = LayerWeights(self.ln1, AttentionWeights(self.wqkv, None, self.wo), self.ln2, self.w_gate_up, self.w_down)
         cos, sin = target.rope_at(positions)
         shape = HeadShape(self.shape["n_heads"], self.shape["n_kv"], self.shape["head_dim"])  # the head's own layout
-        h = decoder_layer(h, layer, shape, self.eps, cos, sin, cache.k[0], cache.v[0], slots, mask, target.attention)
+        x = self.fc(torch.cat([emb, feat], dim=-1))
+        h = target.run_with_fallback(lambda: decoder_layer(x, layer, shape, self.eps, cos, sin, cache.k[0], cache.v[0],
+                                                           slots, mask, target.attention))  # SDPA if our kernel fails
         return rms_norm(h, self.out_norm, self.eps)

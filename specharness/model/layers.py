@@ -59,6 +59,8 @@ class Attention:
     the path of our own C++ kernel that serves its narrow forwards ("amx", "avx512-bf16", or ""
     where it does not serve: no AVX512-BF16, another head size, a float32 cache, switched off).
     Per call, only a forward's width (and whether it runs inside a compiled graph) picks among them.
+    ``fallback`` says why SDPA serves where the kernel would: the kernel failed at run time in this
+    process (``TargetModel.run_with_fallback``; one line).
 
     ``__call__`` writes k, v ([kv heads, T, d]) into cache slots, then attends q ([heads, T, d])
     over the first ``bias.shape[1]`` slots under ``bias`` ([T, slots]: a bool mask, True = may
@@ -81,13 +83,20 @@ class Attention:
     """
 
     narrow: str = ""
+    fallback: str = ""
 
     @classmethod
     def choose(cls, kv_dtype: torch.dtype, device: torch.device, head_dim: int, mode: str = "on") -> "Attention":
         """The kernels for a cache of ``kv_dtype`` on ``device``; ``mode`` is
         ``EngineOptions.narrow_attention``."""
         serves = kv_dtype == torch.bfloat16 and narrow_attention.available(device, head_dim, mode)
+        if serves and (failed := narrow_attention.failure()):
+            return cls("", failed)
         return cls(narrow_attention.kind(mode) if serves else "")
+
+    def describe(self) -> str | bool:
+        """What result headers record: the kernel's path, "sdpa (fallback: <why>)", or False."""
+        return self.narrow or (f"sdpa (fallback: {self.fallback})" if self.fallback else False)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                  v_cache: torch.Tensor, slots: torch.Tensor, bias: torch.Tensor, wide: bool = False) -> torch.Tensor:

@@ -17,22 +17,27 @@ family, and compiled logits against eager ones.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
 
 from ..engine_options import EngineOptions
-from ..errors import UsageError
+from ..errors import UsageError, exception_line
 from ..tree import Tree
 from . import loading
+from .accel import narrow_attention
 from .backends import COMPILE_MODES, WIDTH_BUCKETS, CompiledBackend, EagerBackend, ForwardRequest, GraphKey, bucket
 from .cache import KVCache
 from .layers import (Attention, AttentionWeights, HeadShape, LayerWeights, attention_bias, attention_mask, mlp,
                      rms_norm, self_attention)
 from .loading import SUPPORTED_FAMILIES
 from .stack import DecoderStack, Skip
+
+R = TypeVar("R")
 
 
 @dataclass
@@ -146,9 +151,39 @@ class TargetModel:
     # ---- the forward -----------------------------------------------------------------------
     def kernel_flags(self) -> dict[str, bool | str]:
         """The engine's own kernel choices in force, for result headers and profile rows
-        (``narrow_attention``: its path, "amx" or "avx512-bf16", or False)."""
+        (``narrow_attention``: its path, "amx" or "avx512-bf16", "sdpa (fallback: <why>)" once it
+        failed at run time, or False)."""
         return {"amx_prefetch": self.backend.amx_prefetch, "cpp_wrapper": self.backend.cpp_wrapper,
-                "narrow_attention": self.attention.narrow or False}
+                "narrow_attention": self.attention.describe()}
+
+    def run_with_fallback(self, run: Callable[[], R]) -> R:
+        """``run()`` (a forward that reads ``self.attention`` when called), rerun once on SDPA if it
+        raises while our C++ kernel serves: a kernel failing at run time, eagerly or inside a
+        compiled graph (which then recompiles without it), must not end the run. A rerun rewrites
+        the same cache slots. If the rerun fails too the kernel was not the cause: it is restored
+        and the error raised. Otherwise SDPA serves from now on, one line on stderr says why
+        (``narrow_attention.record_failure``) and ``self.engine`` (the dict result headers hold,
+        rewritten after warm-up and at the end) records it. No cost until something raises."""
+        try:
+            return run()
+        except Exception as exc:
+            if not self.attention.narrow:
+                raise
+            kernel, line = self.attention, exception_line(exc)
+            self._use_attention(Attention("", line))
+            try:
+                out = run()
+            except Exception:
+                self._use_attention(kernel)
+                raise
+            narrow_attention.record_failure(line)
+            if "narrow_attention" in self.engine:
+                self.engine["narrow_attention"] = self.attention.describe()
+            return out
+
+    def _use_attention(self, attention: Attention) -> None:
+        # the stack's graphs guard on its attention's kernel path: changing it recompiles them
+        self.attention = self.backend.stack.attention = attention
 
     @property
     def kv_dtype(self) -> torch.dtype:
@@ -197,8 +232,9 @@ class TargetModel:
         T = x.shape[0]
         cache.claim(layer, layer + 1, start, T)
         mask = attention_mask(start, Tree.chain(T - 1), T, x.device)
-        return self_attention(x, w, self.shape, *rope, cache.k[layer], cache.v[layer],
-                              torch.arange(start, start + T, device=x.device), mask, self.attention)
+        slots = torch.arange(start, start + T, device=x.device)
+        return self.run_with_fallback(lambda: self_attention(x, w, self.shape, *rope, cache.k[layer], cache.v[layer],
+                                                             slots, mask, self.attention))
 
     def forward(self, x: torch.Tensor, cache: KVCache, start: int, a: int = 0, b: int | None = None,
                 tree: Tree | None = None, head: bool = False, capture: tuple[int, ...] = (),
@@ -238,8 +274,9 @@ class TargetModel:
         # a wide prefill hands back every layer's states, whichever a caller keeps: one compiled graph
         # then serves every method's prefill (each graph costs ~20 s of warm-up even from the disk cache)
         run_capture = tuple(range(a, b)) if prefill and T > 1 else tuple(capture)
-        h, logits, captured = self.backend(ForwardRequest(x, positions, slots, bias, cache.k[a:b], cache.v[a:b], a, b,
-                                                          head, run_capture, (tuple(skip[0]), tuple(skip[1])), prefill))
+        request = ForwardRequest(x, positions, slots, bias, cache.k[a:b], cache.v[a:b], a, b, head, run_capture,
+                                 (tuple(skip[0]), tuple(skip[1])), prefill)
+        h, logits, captured = self.run_with_fallback(lambda: self.backend(request))
         got = dict(zip(sorted(run_capture), captured))  # the stack hands them back in layer order
         return Forward(h[:T], logits[:T] if logits is not None else None,
                        {layer: got[layer][:T] for layer in capture} if capture else None)

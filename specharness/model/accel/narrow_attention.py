@@ -19,23 +19,31 @@ and the weighted sum, and merges the chunks per row. It has two paths:
   FMAs lose to SDPA's AMX GEMMs past 16 positions.
 
 It is built on first use with torch's C++ extension loader (a C++ compiler and ninja: the same
-compiler inductor needs) into ``cache_root()/kernels``, keyed by the source and torch version, and
+compiler inductor needs) into ``cache_root()/kernels``, keyed by the source, the flags, torch's version and
+the compiler's identity (a changed compiler rebuilds rather than loading a stale library), and
 registered as ``torch.ops.specharness.narrow_attention`` with a fake kernel, so compiled graphs
 of a static width call it as one extern op (the dynamic-width graph of prefills keeps SDPA: a width
 test there would be a guard, and a prompt on its other side a recompile while timing). Where it cannot be used (no AVX512-BF16, another head size, no compiler,
 a failed build: one line on stderr says which), ``available`` is False and attention keeps SDPA.
+If the op raises at run time (eagerly or inside a compiled graph), ``TargetModel.run_with_fallback``
+reruns that forward on SDPA, ``record_failure`` says so in one line, and SDPA serves for the rest of
+the process (result headers record ``narrow_attention: "sdpa (fallback: ...)"``).
 ``EngineOptions.narrow_attention`` (``SPECHARNESS_NARROW_ATTENTION=0``) switches it off; ``avx512`` keeps it off AMX.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
+from ...engine_options import NARROW_ENV
 from ...errors import exception_line
 from ...paths import cache_root
 
@@ -46,7 +54,29 @@ HEAD_DIMS = (64, 128)
 SOURCE = Path(__file__).with_name("csrc") / "narrow_attention.cpp"
 FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512bf16", "-mamx-tile", "-mamx-bf16", "-mfma", "-fopenmp"]
 
-_state: dict[str, object] = {}  # "loaded": bool, once tried; "why": the reason it is not
+_state: dict[str, object] = {}  # "loaded": bool, once tried; "why": the reason it is not; "failed": a run-time failure
+
+
+@functools.cache
+def compiler_identity() -> str:
+    """The C++ compiler torch's extension loader will call ($CXX, else c++): its resolved path and
+    the first line of its ``--version``, asked once per process, so a changed compiler changes the
+    build key; "" where there is none (the build then fails and says so)."""
+    from torch.utils import cpp_extension
+    path = shutil.which(cpp_extension.get_cxx_compiler())
+    if path is None:
+        return ""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    return f"{os.path.realpath(path)} {out.strip().splitlines()[0] if out.strip() else ''}"
+
+
+def build_key() -> str:
+    """What a build is keyed by: the source, the flags, torch's version and the compiler."""
+    key = SOURCE.read_bytes() + " ".join(FLAGS).encode() + torch.__version__.encode() + compiler_identity().encode()
+    return hashlib.sha256(key).hexdigest()[:12]
 
 
 def _build() -> str | None:
@@ -59,7 +89,7 @@ def _build() -> str | None:
     except ImportError:
         pass
     from torch.utils import cpp_extension
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode() + torch.__version__.encode()).hexdigest()[:12]
+    digest = build_key()
     build_dir = cache_root() / "kernels" / f"narrow_attention-{digest}"
     build_dir.mkdir(parents=True, exist_ok=True)
     name = f"specharness_narrow_attention_{digest}"
@@ -118,3 +148,18 @@ def narrow_attention(rows: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
 def reason() -> str | None:
     """Why the kernel is unavailable in this process, once ``available`` has tried it."""
     return _state.get("why")  # type: ignore[return-value]
+
+
+def record_failure(line: str) -> None:
+    """Note, once per process and in one line on stderr, that the op raised at run time (``line``:
+    ``errors.exception_line`` of it); targets built afterwards choose SDPA (``failure``)."""
+    from tqdm import tqdm  # its write keeps the line off a progress bar's, and redraws the bar
+    if "failed" not in _state:
+        _state["failed"] = line
+        tqdm.write(f"engine: the narrow attention kernel failed ({line}); SDPA serves every width from now on "
+                   f"({NARROW_ENV}=0 skips the kernel)", file=sys.stderr)
+
+
+def failure() -> str | None:
+    """The op's run-time failure in this process (one line), if it has failed."""
+    return _state.get("failed")  # type: ignore[return-value]
