@@ -9,11 +9,14 @@ token for token (greedy, or sampling with the same seed), else the run stops wit
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 import zlib
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import Callable
+
+from tqdm import tqdm
 
 from .engine import generate
 from .errors import UsageError
@@ -112,28 +115,72 @@ def question_seed(seed: int, question_id) -> int:
     return (seed * 1_000_003 + zlib.crc32(str(question_id).encode())) % 2**31
 
 
-def prompt_ids(target: TargetModel, messages: list[dict], max_new_tokens: int) -> tuple[list[int], bool]:
-    """Chat-template ids, left-truncated (flagged) when prompt + answer exceed the context."""
-    ids = target.chat_ids(messages)
-    room = target.max_context - max_new_tokens
-    if room <= 0:
+MAX_PROMPT_TOKENS = 2048  # above Spec-Bench's longest prompt (1,598 SmolLM2 tokens): no Spec-Bench turn is cut
+
+
+def prompt_room(target: TargetModel, max_new_tokens: int) -> int:
+    """How many prompt tokens a turn may hold: what the context (and a sliding window) leaves for the
+    answer, and at most ``MAX_PROMPT_TOKENS``. A prefill's attention grows with the square of its
+    length: 8,184 tokens of SmolLM2 (its full context) took over 300 s in float32 eager (issue 33)."""
+    context = min(target.max_context, target.sliding_window or target.max_context)
+    if context - max_new_tokens <= 0:
         raise UsageError(f"--max-new-tokens {max_new_tokens} leaves no room in the model's context "
-                         f"({target.max_context}); lower it")
-    return (ids[-room:], True) if len(ids) > room else (ids, False)
+                         f"({context}); lower it")
+    return min(context - max_new_tokens, MAX_PROMPT_TOKENS)
+
+
+def left_truncate(target: TargetModel, messages: list[dict], room: int) -> list[dict]:
+    """``messages`` with their contents cut from the left, oldest first, until the chat-template ids
+    fit ``room``: the template (system prompt, role markers, generation prompt) stays whole, so the
+    model still reads a well-formed conversation. Each message's kept suffix is a binary search over
+    characters: about 20 tokenisations of at most the text itself, never a forward."""
+    out = [dict(m) for m in messages]
+
+    def fits() -> bool:
+        return len(target.chat_ids(out)) <= room
+
+    for m in out:
+        text, m["content"] = m["content"], ""
+        if not fits():
+            continue  # even emptied, too long: cut the next message too
+        lo, hi = 0, len(text)  # the longest suffix that fits: lo fits, hi + 1 does not
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            m["content"] = text[len(text) - mid:]
+            lo, hi = (mid, hi) if fits() else (lo, mid - 1)
+        m["content"] = text[len(text) - lo:] if lo else ""
+        return out
+    raise UsageError(f"the chat template alone exceeds {room} prompt tokens; lower --max-new-tokens")
+
+
+def prompt_ids(target: TargetModel, messages: list[dict], max_new_tokens: int) -> tuple[list[int], int]:
+    """Chat-template ids and how many tokens were cut: a prompt past ``prompt_room`` is
+    left-truncated (``left_truncate``), so its prefill stays short."""
+    ids = target.chat_ids(messages)
+    room = prompt_room(target, max_new_tokens)
+    if len(ids) <= room:
+        return ids, 0
+    kept = target.chat_ids(left_truncate(target, messages, room))
+    return kept, len(ids) - len(kept)
 
 
 RoundObserver = Callable[[Round, RoundContext], None]
+Warn = Callable[[str], None]
 
 
 def run_question(target: TargetModel, method: Method, q: Question, s: Settings,
-                 on_round: RoundObserver | None = None) -> QuestionResult:
-    """All turns of one question; a later turn sees the model's own earlier answers."""
+                 on_round: RoundObserver | None = None, warn: Warn | None = None) -> QuestionResult:
+    """All turns of one question; a later turn sees the model's own earlier answers. ``warn`` gets
+    one line for each turn whose prompt was cut, before that turn is generated."""
     seed = question_seed(s.seed, q.question_id)
     res = QuestionResult(q.question_id, q.category, q.subtask, method.label, seed=seed)
     messages: list[dict] = []
     for t, text in enumerate(q.turns):
         messages.append({"role": "user", "content": text})
         ids, cut = prompt_ids(target, messages, s.max_new_tokens)
+        if cut and warn:
+            warn(f"warning: question {q.question_id} turn {t + 1}: prompt of {len(ids) + cut} tokens left-truncated "
+                 f"to {len(ids)} ({cut} cut; at most {prompt_room(target, s.max_new_tokens)} prompt tokens)")
         observe = None
         if on_round:
             context = RoundContext(method.label, q.question_id, t)
@@ -143,7 +190,7 @@ def run_question(target: TargetModel, method: Method, q: Question, s: Settings,
         messages.append({"role": "assistant", "content": answer})
         res.turns.append(answer)
         res.generations.append(gen)
-        res.truncated.append(cut)
+        res.truncated.append(cut > 0)
         res.wall_time_repeats.append([gen.wall_time])
     return res
 
@@ -181,10 +228,17 @@ def run_interleaved(target: TargetModel, methods: list[Method], q: Question, qi:
     with the question's index ``qi`` and the repeat (A B C, B C A, ...); each result keeps every
     repeat's time and the median as its wall time. The unit of work, locally or on a worker."""
     kept: dict[str, QuestionResult] = {}
+    said: set[str] = set()
+
+    def warn(line: str) -> None:  # once per question, not once per method and repeat
+        if line not in said:
+            said.add(line)
+            tqdm.write(line, file=sys.stderr)
+
     for r in range(s.repeats):
         shift = (qi + r) % len(methods)
         for m in methods[shift:] + methods[:shift]:
-            res = run_question(target, m, q, s, on_round if r == 0 else None)
+            res = run_question(target, m, q, s, on_round if r == 0 else None, warn)
             first = kept.setdefault(m.label, res)
             if first is not res:
                 if [g.token_ids for g in res.generations] != [g.token_ids for g in first.generations]:
