@@ -13,11 +13,14 @@
   Intervals, the paired test and unstable-timing flags are in ``stats.py``.
 - acceptance rate = accepted / drafted tokens; break-even acceptance and the draft cost ratio come
   from the per-round draft/verify/accept timings (see ``break_even_acceptance``).
+- loop share of an output (``loop_share``) = the share of its positions i >= n (0-based) whose
+  n-gram ending at i (tokens i-n+1..i) already ended at an earlier position of the same output; an
+  output *loops* when that share is >= a threshold (``loops``; the report's defaults n = 8, 0.3).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from .records import QuestionRecord
 
@@ -69,6 +72,32 @@ def speedup(method: Records, vanilla: Records) -> float:
     if not m:
         return float("nan")
     return throughput(m) / throughput(v[r.question_id] for r in m)
+
+
+def loop_share(ids: Sequence[int], n: int) -> float:
+    """Share of positions i >= n whose n-gram ending at i occurred, ending earlier, in ``ids``.
+
+    Why positions i >= n: the first n-gram (ending at n - 1) has nothing earlier to repeat, so a
+    pure one-token loop scores 1 and threshold 1 stays reachable. Overlapping occurrences count
+    (``aaaa`` repeats ``aaa``). Fewer than n + 1 tokens: 0, never looping.
+    """
+    if n < 1:
+        raise ValueError(f"n-gram length must be >= 1, got {n}")
+    seen: set[tuple[int, ...]] = set()
+    repeated = 0
+    for i in range(n - 1, len(ids)):
+        gram = tuple(ids[i - n + 1:i + 1])
+        repeated += i >= n and gram in seen
+        seen.add(gram)
+    return repeated / (len(ids) - n) if len(ids) > n else 0.0
+
+
+def loops(ids: Sequence[int], n: int = 8, threshold: float = 0.3) -> bool:
+    """Whether an output is degenerate (repeats itself): ``loop_share(ids, n) >= threshold``.
+    Retrieval drafters win big on such text, so the report also gives speedups without it."""
+    if not 0 < threshold <= 1:
+        raise ValueError(f"loop threshold must be in (0, 1], got {threshold}")
+    return loop_share(ids, n) >= threshold
 
 
 def ctar_curve(records: Records, max_w: int | None = None) -> list[float]:

@@ -115,3 +115,34 @@ def test_fit_line_is_least_squares_and_never_gives_a_negative_cost():
     assert fixed == 0.0 and per == pytest.approx((1 + 7 + 32) / 21)  # through the origin instead
     assert metrics.fit_line([1, 2, 3], [5.0, 4.0, 3.0]) == pytest.approx((4.0, 0.0))  # falling: flat at the mean
     assert metrics.fit_line([2, 2], [3.0, 5.0]) == pytest.approx((0.0, 2.0))  # one distinct x: the origin
+
+
+# ---- looping outputs ---------------------------------------------------------------------------
+def test_a_looping_output_is_detected_and_a_fresh_one_is_not():
+    fresh = list(range(40))
+    looping = list(range(100, 110)) + [1, 2, 3, 4, 5] * 6  # 10 fresh tokens, then a 5-token loop
+    assert metrics.loop_share(fresh, 8) == 0.0 and not metrics.loops(fresh)
+    # positions 8..39 (32) have an 8-gram before them; those ending at 22.. (18) repeat an earlier one
+    assert metrics.loop_share(looping, 8) == pytest.approx(18 / 32)
+    assert metrics.loops(looping) and not metrics.loops(looping, threshold=0.6)
+    # a longer n-gram must match longer: with n = 20 only the 20-grams ending at 34.. repeat (6 of 20),
+    # exactly the default threshold 0.3: a share equal to the threshold loops
+    assert metrics.loop_share(looping, 20) == pytest.approx(6 / 20) and metrics.loops(looping, 20)
+
+
+def test_loop_share_edges_of_n_and_threshold():
+    assert metrics.loop_share([5, 5, 5, 5], 1) == 1.0  # a one-token loop: every later token repeats
+    assert metrics.loop_share([5, 5, 5, 5], 3) == 1.0  # overlapping occurrences count
+    assert metrics.loops([5, 5, 5, 5], 1, threshold=1.0)  # threshold 1 is reachable
+    assert metrics.loop_share([1, 2, 1], 1) == pytest.approx(1 / 2)  # n = 1: any token seen before
+    assert metrics.loop_share(list(range(8)), 8) == 0.0 and metrics.loop_share([3] * 8, 8) == 0.0  # no earlier n-gram
+    assert metrics.loop_share([], 8) == 0.0 and not metrics.loops([])
+    ids = list(range(10)) + [0, 1, 2]  # n = 3: 10 positions with an earlier 3-gram, 1 repeats
+    assert metrics.loop_share(ids, 3) == 0.1
+    assert metrics.loops(ids, 3, threshold=0.1) and not metrics.loops(ids, 3, threshold=0.1 + 1e-12)  # >=
+    for bad in (0, -1):
+        with pytest.raises(ValueError):
+            metrics.loop_share(ids, bad)
+    for bad in (0.0, -0.1, 1.01, float("nan")):
+        with pytest.raises(ValueError):
+            metrics.loops(ids, 3, bad)
