@@ -9,7 +9,7 @@ summary, report and lossless never walk raw JSON (``rec["choices"][0]...``).
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
 
@@ -113,6 +113,15 @@ class QuestionRecord:
                    d.get("method", ""), ch.get("turns", []), ch.get("token_ids", []), ch["new_tokens"],
                    ch["wall_time"], ch.get("wall_time_repeats") or [], [TurnRounds.from_json(t) for t in ch["rounds"]],
                    ch.get("stop", []), d.get("truncated", []), d.get("seed", 0), d.get("worker"))
+
+    def only_turns(self, keep: set[int]) -> "QuestionRecord":
+        """The same question with only the turns (0-based) in ``keep``: every per-turn field is cut
+        alike, so time, tokens and forwards (and every metric) cover those turns alone."""
+        def cut(xs: list) -> list:
+            return [x for i, x in enumerate(xs) if i in keep]
+        return replace(self, turns=cut(self.turns), token_ids=cut(self.token_ids), new_tokens=cut(self.new_tokens),
+                       wall_time=cut(self.wall_time), wall_time_repeats=cut(self.wall_time_repeats),
+                       rounds=cut(self.rounds), stop=cut(self.stop), truncated=cut(self.truncated))
 
     @property
     def tokens(self) -> int:

@@ -46,8 +46,11 @@ def write_run(path: Path, method: str, options: dict, questions: list[tuple], ga
               accept: float = 0.0, draft_cost: float = 0.0, noise: float = 0.02, repeats: int = 3,
               tokens: int = 24, seed: int = 0, oracle: bool = False, temperature: float = 0.0,
               extra_params: int = 0, command: str = "python -m specharness compare (fixture)",
-              unstable_ids: tuple = (), drafter_info: dict | None = None) -> Path:
-    """One result file; ``questions`` = [(question_id, subtask, n_turns)]."""
+              unstable_ids: tuple = (), drafter_info: dict | None = None, looping: tuple = (),
+              loop_time: float = 1.0) -> Path:
+    """One result file; ``questions`` = [(question_id, subtask, n_turns)]. The turns in ``looping``
+    ((question_id, 0-based turn) pairs) output one 3-token pattern over and over, in ``loop_time``
+    times their simulated time (a retrieval drafter copying the loop)."""
     rng = random.Random(f"{seed}-{method}-{json.dumps(options, sort_keys=True)}")
     meta = {"format": FORMAT, "command": command, "git_commit": "fixture", "model": "fixture-model",
             "dtype": "float32", "device": "cpu", "threads": 1, "method": method, "options": options,
@@ -63,10 +66,13 @@ def write_run(path: Path, method: str, options: dict, questions: list[tuple], ga
             for t in range(n_turns):
                 trng = random.Random(f"{seed}-{qid}-{t}-{method}-{json.dumps(options, sort_keys=True)}")
                 rounds, total = simulate_turn(trng, tokens, gamma, accept, draft_cost, oracle)
-                times = [total * rng.lognormvariate(0, noise) for _ in range(repeats)]
+                loop = (qid, t) in looping
+                times = [total * (loop_time if loop else 1.0) * rng.lognormvariate(0, noise) for _ in range(repeats)]
                 if qid in unstable_ids and repeats > 1:  # one repeat hit by a background process
                     times[-1] *= 1.6
                 ids = [random.Random(f"{qid}-{t}-{i}").randrange(100) for i in range(tokens)]  # every method: vanilla's tokens
+                if loop:
+                    ids = [7, 8, 9] * (tokens // 3) + [7, 8, 9][:tokens % 3]
                 res.generations.append(Generation(ids, rounds, sorted(times)[len(times) // 2], "length"))
                 res.turns.append(" ".join(map(str, ids)))
                 res.truncated.append(False)

@@ -13,6 +13,7 @@ from specharness.results import read_results
 EVERYTHING = ["table1.md", "table1.tex", "detail.md", "detail.tex", "acceptance.md", "acceptance.tex", "table2.md", "table2.tex",
               "cost_model.md", "cost_model.tex", "identity.md", "identity.tex",
               "paired_tests.md", "oracle_vs_eta.md",
+              "looping.md", "looping.tex", "table1_noloop.md", "table1_noloop.tex",
               "oracle_vs_eta.tex", "best_eta.md", "best_eta.tex", "data_scaling.md", "data_scaling.tex",
               "report.md", "report.json"] + [
     f"{name}.{ext}" for name in ("fig1a_ctar", "fig1b_speedup", "fig3a_exit_layer", "fig3b_eta", "fig_data_scaling")
@@ -232,3 +233,71 @@ def test_data_scaling_pairs_each_checkpoints_training_with_its_cr(tmp_path):
     points = json.loads((out / "report.json").read_text())["data_scaling"]["kangaroo"]
     assert [p["train_conversations"] for p in points] == [256, 1024]
     assert points[1]["cr"]["value"] > points[0]["cr"]["value"]  # more accepted drafts, higher CR
+
+
+# ---- looping turns ---------------------------------------------------------------------------
+def test_without_looping_turns_table1_is_the_same_when_nothing_loops(built):
+    _, out, data = built
+    assert data["table1_noloop"] == data["table1"]  # no turn of the fixture loops: the same turn set
+    assert "| All | 21 | 0 | 0.0% |" in (out / "looping.md").read_text()
+
+
+def test_looping_turns_are_shared_and_left_out_of_the_second_table(tmp_path):
+    """Three turns of vanilla's output loop, where the method runs 5x faster: the looping table counts
+    them per subtask, and Table 1 without them is the same bootstrap on the remaining turns."""
+    qs = questions(3)
+    looping = (("qa-0", 0), ("qa-1", 0), ("multi_turn-0", 1))
+    van = write_run(tmp_path / "vanilla.jsonl", "vanilla", {}, qs, looping=looping)
+    pld = write_run(tmp_path / "pld.jsonl", "pld", {}, qs, gamma=3, accept=0.3, draft_cost=0.0005,
+                    looping=looping, loop_time=0.2)
+    out = tmp_path / "out"
+    assert run_report([str(tmp_path), "--out", str(out)]) == 0
+    share = (out / "looping.md").read_text()
+    assert "| QA | 3 | 2 | 66.7% |" in share and "| MT-bench | 6 | 1 | 16.7% |" in share
+    assert "| Math | 3 | 0 | 0.0% |" in share and "| All | 21 | 3 | 14.3% |" in share
+    assert "8-gram" in share and "0.3" in share  # the definition, with n and the threshold, is in the caption
+    data = json.loads((out / "report.json").read_text())
+    assert data["looping"]["vanilla"]["looping_turns"] == [["multi_turn-0", 2], ["qa-0", 1], ["qa-1", 1]]
+    full, noloop = data["table1"]["pld"], data["table1_noloop"]["pld"]
+    assert noloop["qa"]["speedup"]["value"] < full["qa"]["speedup"]["value"] / 2  # the loops made QA look fast
+    assert noloop["math_reasoning"] == full["math_reasoning"]  # nothing loops there
+    assert noloop["qa"]["n"] == 1 and noloop["multi_turn"]["n"] == 3  # a question keeps its other turn
+    _, p_recs = read_results(pld)
+    _, v_recs = read_results(van)
+    cut = lambda recs: [r.only_turns({0}) if r.question_id == "multi_turn-0" else r  # noqa: E731
+                        for r in recs if r.question_id not in ("qa-0", "qa-1")]
+    expected = stats.speedup_ci(stats.pair([r for r in cut(p_recs) if r.subtask == "multi_turn"], cut(v_recs)))
+    assert noloop["multi_turn"]["speedup"]["value"] == pytest.approx(expected.value)
+    assert noloop["multi_turn"]["speedup"]["low"] == pytest.approx(expected.low)
+    assert expected.fmt(2, "×") in (out / "table1_noloop.md").read_text()
+    assert "Without looping turns: the 3 of 21 turns" in (out / "table1_noloop.md").read_text()
+    # a stricter test finds no loop: the second table is the first again
+    strict = tmp_path / "strict"
+    assert run_report([str(tmp_path), "--out", str(strict), "--loop-ngram", "1", "--loop-threshold", "1"]) == 0
+    data = json.loads((strict / "report.json").read_text())
+    assert data["looping"]["vanilla"]["overall"]["looping"] == 0 and data["table1_noloop"] == data["table1"]
+
+
+def test_without_token_ids_the_report_says_looping_could_not_be_computed(tmp_path):
+    qs = questions(2)
+    van = write_run(tmp_path / "vanilla.jsonl", "vanilla", {}, qs)
+    write_run(tmp_path / "m.jsonl", "kangaroo", {"eta": 0.6}, qs, gamma=3, accept=0.5, draft_cost=0.002)
+    recs = [json.loads(line) for line in van.read_text().splitlines()]
+    for rec in recs:  # a foreign file: Spec-Bench's answer records carry no token ids
+        del rec["choices"][0]["token_ids"]
+    van.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    out = tmp_path / "out"
+    assert run_report([str(tmp_path), "--out", str(out)]) == 0
+    assert "looping could not be computed for vanilla" in (out / "report.md").read_text()
+    assert (out / "table1.md").is_file() and not (out / "table1_noloop.md").exists()
+
+
+@pytest.mark.parametrize("flag, value", [("--loop-ngram", "0"), ("--loop-ngram", "-3"), ("--loop-ngram", "2.5"),
+                                         ("--loop-threshold", "0"), ("--loop-threshold", "1.5"),
+                                         ("--loop-threshold", "-0.1"), ("--loop-threshold", "nan"),
+                                         ("--loop-threshold", "x")])
+def test_bad_looping_options_are_one_line_errors(tmp_path, capsys, flag, value):
+    assert run_report([str(tmp_path), "--out", str(tmp_path / "out"), flag, value]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("specharness: error: ") and flag in err and value in err
+    assert not (tmp_path / "out").exists()  # refused before any work

@@ -2,7 +2,7 @@
 
 Everything comes from result files (``RUN.jsonl`` + ``RUN.meta.json``); no model is loaded and no
 method plugin is imported. ``runs.py`` decides which file is what, ``tables.py`` and ``figures.py``
-build the generic sections, a method adds its own through the ``specharness_report_sections`` hook
+build the generic sections (``looping.py``: the share of looping turns, Table 1 without them), a method adds its own through the ``specharness_report_sections`` hook
 (entry-point group ``specharness.report``: light modules, e.g. Kangaroo's sweeps and ablation), and
 ``render.py`` writes Markdown, LaTeX, PNG and PDF. A section without data is skipped with a one-line
 note, never an error.
@@ -14,7 +14,8 @@ from pathlib import Path
 
 from .. import stats
 from ..costmodel import Profile
-from . import figures, scaling, tables
+from . import figures, looping, scaling, tables
+from .looping import LoopRule
 from .render import Writer
 from .runs import Run, select_runs
 from .sections import Section
@@ -43,13 +44,14 @@ def method_sections(runs: list[Run], plugins: list[str]) -> list[Section]:
 
 
 def build_report(paths: list[str | Path], out: str | Path, plugins: list[str] | None = None,
-                 ctar_subtask: str = "math_reasoning", profile: str | Path | None = None) -> Writer:
+                 ctar_subtask: str = "math_reasoning", profile: str | Path | None = None,
+                 loop_rule: LoopRule = LoopRule()) -> Writer:
     import matplotlib
     matplotlib.use("Agg")
     runs = select_runs(paths)
     writer = Writer(Path(out))
-    for build in (tables.table1, tables.detail, tables.identity, tables.paired_tests, tables.acceptance,
-                  tables.cost_model, tables.hardware):
+    for build in (tables.table1, lambda rs: looping.looping(rs, loop_rule), tables.detail, tables.identity,
+                  tables.paired_tests, tables.acceptance, tables.cost_model, tables.hardware):
         for section in build(runs):
             writer.add(section)
     if profile:
@@ -64,7 +66,8 @@ def build_report(paths: list[str | Path], out: str | Path, plugins: list[str] | 
     unstable = [(r.label, stats.unstable_timings(r.records)) for r in runs]
     stab = "\n".join(f"- {lab}: {len(s.unstable)}/{s.questions} questions with CV > {stats.CV_LIMIT:.0%} "
                      f"(max {s.max_cv:.1%}, {s.repeats} repeats)" for lab, s in unstable if s.unstable)
-    head = ["# specharness report\n", DEFINITIONS, "## Inputs\n", inputs + "\n"]
+    head = ["# specharness report\n", DEFINITIONS + f"Looping: {loop_rule.definition()}; `table1_noloop` is "
+            "Table 1 on the turns that do not loop.\n", "## Inputs\n", inputs + "\n"]
     if stab:
         head += ["## Unstable timings\n", stab + "\n"]
     writer.finish(head, [str(r.path) for r in runs])

@@ -19,17 +19,19 @@ def _num(x, scale: float = 1.0, digits: int = 3) -> str:
     return f"{x * scale:.{digits}f}" if isinstance(x, (int, float)) and math.isfinite(x) else "-"
 
 
-def table1(runs: list[Run]) -> list[Section]:
-    """Speedup with its interval and CR, per subtask and averaged, one table per temperature."""
+def table1(runs: list[Run], name: str = "table1", title: str = "Table 1", label: str = "speedup",
+           caption_extra: str = "") -> list[Section]:
+    """Speedup with its interval and CR, per subtask and averaged, one table per temperature. The
+    name, title and caption's tail let the same table be built on another turn set (``looping``)."""
     out: list[Section] = []
     for t in sorted({r.temperature for r in runs}):
         rows_runs = sorted((r for r in runs if r.main and r.temperature == t), key=lambda r: (not r.is_vanilla, r.short))
         subs = subtasks_present(rows_runs)
         if not rows_runs or not subs:
-            out.append(Note(f"Table 1 (T={t:g}) skipped: no main runs with questions"))
+            out.append(Note(f"{title} (T={t:g}) skipped: no main runs with questions"))
             continue
         if not any(r.baseline is not None for r in rows_runs if not r.is_vanilla):
-            out.append(Note(f"Table 1 (T={t:g}): no vanilla file matches; speedups are blank"))
+            out.append(Note(f"{title} (T={t:g}): no vanilla file matches; speedups are blank"))
         header = ["Method", "Extra params"]
         group = [("", 1), ("", 1)]
         for s in subs + ["Avg."]:
@@ -59,11 +61,12 @@ def table1(runs: list[Run]) -> list[Section]:
         if unstable:
             caption += (f" † some question's timed repeats varied by more than {stats.CV_LIMIT:.0%} "
                         "(coefficient of variation), in this method or its vanilla baseline.")
+        caption += caption_extra
         suffix = "" if t == 0 else f"_temp{t:g}"
         md_header = ["Method", "Extra params"] + [f"{SUBTASK_TITLES.get(s, s)} {h}" for s in subs + ["Avg."]
                                                   for h in ("speedup", "CR")]
-        out.append(Table(f"table1{suffix}", f"Table 1{'' if t == 0 else f' (T={t:g})'}.", caption, header, rows,
-                         data, md_header=md_header, group_header=group, label=f"tab:speedup{suffix}"))
+        out.append(Table(f"{name}{suffix}", f"{title}{'' if t == 0 else f' (T={t:g})'}.", caption, header, rows,
+                         data, md_header=md_header, group_header=group, label=f"tab:{label}{suffix}"))
     return out
 
 
