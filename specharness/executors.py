@@ -140,7 +140,8 @@ def run_on_ray(spec: RunSpec, items: list[tuple[int, object, list[str]]], on_res
                     for a in [*idle, *(act for act, _ in inflight.values())]:
                         ray.kill(a)
                     raise UsageError(f"question {item[1].question_id} lost its worker {lost[item[0]]} times "
-                                     f"({type(exc).__name__}); the finished questions are saved: leave it out "
+                                     f"({type(exc).__name__}; at most {MAX_RETRIES} retries per question); the "
+                                     "finished questions are saved: leave it out "
                                      "(--subtasks/--limit) or run it with --executor local to see why, then --resume")
                 if progress:
                     progress(f"worker lost on question {item[1].question_id} ({type(exc).__name__}); running it "
@@ -184,6 +185,10 @@ def execute(plan: RunPlan, session: Session) -> int:
         print(f"\ninterrupted: finished questions are saved in {', '.join(str(p) for p in files.paths)}; rerun the "
               "same command with --resume to continue", file=sys.stderr)
         return 130
+    except UsageError:  # mid-run (a question past the retry cap): the bar ends its line, so the error has its own
+        bar.close()
+        files.close()
+        raise
     finally:
         pm.unregister(files)
     bar.close()

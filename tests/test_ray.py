@@ -1,6 +1,7 @@
 """compare --executor ray on a local Ray cluster the test starts (2 CPUs, a tiny model): the same
-tokens as the local executor, every question exactly once when a worker is killed, and resume
-after the driver is interrupted. Ray is the 'ray' extra (the test extra carries it)."""
+tokens as the local executor, every question exactly once when a worker is killed, resume after
+the driver is interrupted, and the retry cap for a question that kills every worker it lands on.
+Ray is the 'ray' extra (the test extra carries it)."""
 
 from __future__ import annotations
 
@@ -98,3 +99,48 @@ def test_resume_after_the_driver_is_interrupted(cluster, tiny_dir, tmp_path, cap
     for p in out.glob("*.jsonl"):
         ids = [json.loads(line)["question_id"] for line in p.read_text().splitlines()]
         assert len(ids) == len(set(ids)) == 6
+
+
+def test_a_question_that_kills_every_worker_stops_at_the_cap_and_keeps_the_rest(cluster, tiny_dir, tmp_path, capsys,
+                                                                                 monkeypatch):
+    """A question whose method ends the worker process every time (a crash in native code, an
+    out-of-memory kill) runs again on a new worker only MAX_RETRIES times; then the run ends with
+    one line naming it and the cap, and every question finished before it is in the result files."""
+    import importlib.util
+    import time
+
+    from specharness import executors
+    from specharness.executors import MAX_RETRIES
+    original, dispatched = executors.run_on_ray, []
+
+    def count(actor, item):  # a broken cap would retry forever: fail instead of hanging
+        dispatched.append(item[1].question_id)
+        assert dispatched.count(4) <= MAX_RETRIES + 1, "question 4 dispatched past the retry cap"
+
+    monkeypatch.setattr(executors, "run_on_ray", lambda *a, **kw: original(*a, **{**kw, "on_dispatch": count}))
+    plugin = Path(__file__).resolve().parent / "fixtures" / "crash_plugins.py"
+    spec = importlib.util.spec_from_file_location("crash_plugins", plugin)
+    crash = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(crash)
+    bench = tmp_path / "question.jsonl"
+    turns = {1: "Name a colour.", 2: "Name a fruit.", 3: "Name a tree.", 4: f"Say hello; {crash.MARKER}."}
+    bench.write_text("".join(json.dumps({"question_id": qid, "category": "qa", "turns": [t]}) + "\n"
+                             for qid, t in turns.items()))
+    out = tmp_path / "capped"
+    capsys.readouterr()
+    started = time.perf_counter()
+    # one worker: questions 1-3 finish before question 4 is dispatched, so what must be kept is known
+    assert main(["compare", "--model", str(tiny_dir), "--bench-file", str(bench), "--methods", "vanilla,exit-on-marker",
+                 "--max-new-tokens", "6", "--warmup", "0", "--repeats", "1", "--threads", "1", "--executor", "ray",
+                 "--workers", "1", "--plugin", str(plugin), "--out-dir", str(out)]) == 2
+    assert time.perf_counter() - started < 180
+    err = [line for line in capsys.readouterr().err.split("\n") if line.strip()]  # a bar's \r is no line end
+    last = err[-1]
+    assert last.startswith("specharness: error: question 4 ") and "Traceback" not in "\n".join(err), err[-5:]
+    assert f"lost its worker {MAX_RETRIES + 1} times" in last and f"at most {MAX_RETRIES} retries" in last, last
+    assert sum("worker lost on question 4" in line for line in err) == MAX_RETRIES  # each retry said once
+    assert dispatched == [1, 2, 3] + [4] * (MAX_RETRIES + 1)
+    for method in ("vanilla", "exit-on-marker"):
+        path = next(out.glob(f"{method}-*.jsonl"))
+        ids = [json.loads(line)["question_id"] for line in path.read_text().splitlines()]
+        assert sorted(ids) == [1, 2, 3], (method, ids)  # nothing computed is lost, nothing duplicated
