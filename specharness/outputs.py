@@ -26,10 +26,12 @@ RESULTS_DIR = Path("results") / "runs"
 
 
 def default_name(method: "Method", settings, target) -> str:
-    """``<method>[-options]-<dtype>[-<mode>]-temp<T>-n<N>.jsonl``."""
+    """``<method>[-options]-<dtype>[-<mode>|-quick]-temp<T>-n<N>.jsonl``: a quick run never continues
+    (or is continued by) a file of another engine choice."""
     opts = "".join(f"-{k}={Path(str(v)).name}" for k, v in sorted(method.changed.items()))
     mode = target.engine["compile"]
     engine = target.engine["dtype"] + ("" if mode == "none" else f"-{mode}")
+    engine += "-quick" if target.engine.get("quick") else ""
     return f"{method.name}{opts}-{engine}-temp{settings.temperature:g}-n{settings.max_new_tokens}.jsonl"
 
 

@@ -28,14 +28,27 @@ from .tasks.specbench import (Question, QuestionSource, describe_selection, find
 
 @dataclass(frozen=True)
 class EngineRequest:
-    """The engine a command asks for: model, dtype and compile mode ("auto": the fastest measured
-    here), device and torch threads (None: every core this process may run on)."""
+    """The engine a command asks for: model, dtype and compile mode ("auto": the fastest known or
+    measured here), device, torch threads (None: every core this process may run on), and how the
+    engine is chosen ("quick": eager only, chosen in seconds, numbers not comparable with compiled runs)."""
 
     model: str = "smollm2"
     dtype: str = "auto"
     compile: str = "auto"
     device: str = "cpu"
     threads: int | None = None
+    engine: str = "auto"
+
+
+ENGINE_CHOICES = ("auto", "quick")
+
+
+def check_engine(request: EngineRequest) -> None:
+    """One line if ``--engine`` cannot be what is asked: quick compiles nothing."""
+    if request.engine not in ENGINE_CHOICES:
+        raise UsageError(f"unknown --engine '{request.engine}'; choose one of {', '.join(ENGINE_CHOICES)}")
+    if request.engine == "quick" and request.compile not in ("auto", "none"):
+        raise UsageError(f"--engine quick compiles nothing; drop --compile {request.compile} (or drop --engine quick)")
 
 
 def usable_cores() -> int:
@@ -85,19 +98,26 @@ class Session:
         import torch
 
         from .model import TargetModel, engine_choice
+        check_engine(request)
         self.request = request
         self.threads = check_threads(request.threads)
         torch.set_num_threads(self.threads)
         self.options = options or EngineOptions.from_env()
         self.registry = registry or build_registry(plugins)
         load = lambda dtype: TargetModel.load(request.model, dtype, request.device, self.options)  # noqa: E731
-        config = engine_choice.choose(request.dtype, request.compile, request.model, request.device, self.threads,
-                                      load, self.options)
-        target = load(config.dtype)
+        if request.engine == "quick":  # seconds: the faster eager dtype, its target already loaded
+            config, target = engine_choice.quick(request.dtype, load, log=lambda s: print(s, file=sys.stderr))
+            print(f"engine: quick: {config.dtype} eager; {engine_choice.NOT_COMPARABLE}", file=sys.stderr)
+        else:
+            config = engine_choice.choose(request.dtype, request.compile, request.model, request.device,
+                                          self.threads, load, self.options)
+            target = load(config.dtype)
         mode, why = engine_choice.apply(target, config.compile)
         if why:
             print(f"note: cannot compile here ({why}); running eagerly", file=sys.stderr)
-        target.engine = {"dtype": config.dtype, "compile": mode, "chosen": config.source, **target.kernel_flags(),
+        quick = {"quick": True, "comparable": engine_choice.NOT_COMPARABLE} if request.engine == "quick" else {}
+        target.engine = {"dtype": config.dtype, "compile": mode, "chosen": config.source, **quick,
+                         **({"choice": config.choice} if config.choice else {}), **target.kernel_flags(),
                          "options": self.options.record(), **({"compile_failed": why} if why else {})}
         self.target = target
 
@@ -146,6 +166,7 @@ class RunPlan:
         check_settings(settings)
         check_executor_args(outputs.get("executor", "local"), outputs.get("workers"), outputs.get("address"))
         check_threads(engine.threads)
+        check_engine(engine)
         if len(set(methods)) != len(methods):
             raise UsageError("a method is listed twice in --methods; list each once")
         variants = method_variants(methods, options)

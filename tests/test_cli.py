@@ -56,6 +56,8 @@ def error_line(capsys, argv) -> str:
     (["profile", "-o", "nope.trials=2"], "does not name its method"),
     (["profile", "-o", "self-spec.trial=2"], "method 'self-spec' has no option 'trial'"),
     (["run", "--threads", "0"], "--threads must be at least 1, got 0"),
+    (["run", "--engine", "quick", "--compile", "default"], "--engine quick compiles nothing"),
+    (["compare", "--engine", "fast"], "argument --engine: invalid choice: 'fast'"),
     (["run", "--out", "/proc/nope/x.jsonl"], "cannot write results to '/proc/nope/x.jsonl'"),
     (["compare", "--out-dir", "/proc/nope"], "cannot write results to '/proc/nope/x'"),
     (["run", "--bench", "nope"], "argument --bench: invalid choice: 'nope'"),

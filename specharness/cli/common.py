@@ -27,6 +27,9 @@ def model_args(p: argparse.ArgumentParser) -> None:
                    help="run the target compiled (torch.compile; inductor freezing on CPU) or eagerly ('none'); "
                         "auto = measured with --dtype auto; compilation happens in warm-up, never timed "
                         "(default: %(default)s)")
+    g.add_argument("--engine", default="auto", choices=("auto", "quick"),
+                   help="quick = nothing compiled: the faster eager dtype, chosen in seconds, for iterating on a "
+                        "drafter; its numbers are flagged as not comparable with compiled runs (default: %(default)s)")
     g.add_argument("--device", default="cpu", help="cpu | cuda (default: %(default)s)")
     g.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads, recorded in every result (default: every core this process may run on)")
@@ -58,4 +61,5 @@ def decode_args(p: argparse.ArgumentParser) -> None:
 
 def engine_request(args: argparse.Namespace) -> EngineRequest:
     """The engine the model-and-machine flags ask for."""
-    return EngineRequest(args.model, args.dtype, getattr(args, "compile", "none"), args.device, args.threads)
+    return EngineRequest(args.model, args.dtype, getattr(args, "compile", "none"), args.device, args.threads,
+                         getattr(args, "engine", "auto"))

@@ -16,8 +16,9 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -33,7 +34,8 @@ CANDIDATES = (("float32", "none"), ("bfloat16", "none"), ("float32", "default"),
 class EngineConfig:
     dtype: str
     compile: str  # none | default | max-autotune
-    source: str = "asked"  # "asked" (flags), "measured" (now), "cached" (an earlier measurement), "fallback"
+    source: str = "asked"  # "asked" (flags), "measured" (now), "cached" (an earlier measurement), "fallback", "quick"
+    choice: dict | None = field(default=None, compare=False)  # how it was chosen, for the header's engine.choice
 
 
 def cpu_name() -> str:
@@ -73,30 +75,51 @@ def save_choice(model: str, device: str, threads: int, record: dict) -> Path:
     return path
 
 
+def call_seconds(call: Callable[[], object], sync: bool = False) -> float:
+    """Seconds one ``call()`` takes; ``sync`` (CUDA): CUDA events recorded around it on an idle
+    stream, since kernels run asynchronously and a host clock read after the launch would time the
+    launch alone."""
+    if sync:
+        torch.cuda.synchronize()
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        call()
+        end.record()
+        end.synchronize()
+        return begin.elapsed_time(end) / 1e3
+    started = time.perf_counter()
+    call()
+    return time.perf_counter() - started
+
+
 def median_ms(call, repeats: int, warm: int = 1, after=None, sync: bool = False) -> float:
     """Median ms of ``call()`` over ``repeats`` timed calls after ``warm`` untimed ones; ``after()``
-    (untimed) restores the state each call changed, e.g. the cache length; ``sync`` (CUDA) times
-    each call with CUDA events recorded around it on an idle stream, since kernels run
-    asynchronously and a host clock read after the launch would time the launch alone."""
+    (untimed) restores the state each call changed, e.g. the cache length."""
     times = []
     for i in range(warm + repeats):
-        if sync:  # CUDA events on an idle stream: the device's time for the call, launches included
-            torch.cuda.synchronize()
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            call()
-            end.record()
-            end.synchronize()
-            seconds = begin.elapsed_time(end) / 1e3
-        else:
-            started = time.perf_counter()
-            call()
-            seconds = time.perf_counter() - started
+        seconds = call_seconds(call, sync)
         if i >= warm:
             times.append(seconds)
         if after is not None:
             after()
     return 1e3 * statistics.median(times)
+
+
+def interleaved_ms(steps: list[tuple[Callable[[], object], Callable[[], object]]], rounds: int, warm: int = 1,
+                   sync: bool = False) -> list[list[float]]:
+    """Each ``(call, after)``'s ms per round, timed round-robin with the start rotating per round
+    (A B C, B C A, ...): load that comes and goes falls on every candidate alike, where timing them
+    one after another would hand it all to whichever ran then."""
+    times: list[list[float]] = [[] for _ in steps]
+    for r in range(warm + rounds):
+        for k in range(len(steps)):
+            i = (r + k) % len(steps)
+            call, after = steps[i]
+            seconds = call_seconds(call, sync)
+            after()
+            if r >= warm:
+                times[i].append(1e3 * seconds)
+    return times
 
 
 def random_ids(target, n: int, seed: int, batch: bool = False) -> torch.Tensor:
@@ -105,20 +128,52 @@ def random_ids(target, n: int, seed: int, batch: bool = False) -> torch.Tensor:
     return ids.to(target.device)
 
 
-def step_ms(target, context: int = 256, width: int = 1, repeats: int = 15) -> float:
-    """Median ms of one forward over ``width`` positions after ``context`` cached ones (compiles first).
+def stepper(target, context: int = 256, width: int = 1) -> tuple[Callable[[], object], Callable[[], object]]:
+    """``(call, after)``: one forward over ``width`` positions after ``context`` cached ones, and
+    the crop that undoes it. Call both under ``torch.inference_mode()``: every tensor is made as the
+    engine's are, since a compiled graph guards on its inputs' dispatch keys and a normal tensor
+    here would compile graphs no run ever reuses."""
+    # on CUDA the engine's own cache: its buffers have static addresses, without which a graph
+    # that writes them cannot be a CUDA graph (torch skips cudagraphs for mutated inputs)
+    cache = target.session_cache(context + 128) if target.device.type == "cuda" else target.new_cache(context + 128)
+    ids = random_ids(target, context, 0)
+    target.forward(ids, cache, 0, head=True, prefill=True)
+    return (lambda: target.forward(ids[:width], cache, context, head=True)), (lambda: cache.crop(context))
 
-    Every tensor is made under inference mode, as the engine's are: a compiled graph guards on its
-    inputs' dispatch keys, so a normal tensor here would compile graphs no run ever reuses. On CUDA
-    the warm calls also let CUDA graph trees warm up and record, so the timed calls are replays."""
+
+def step_ms(target, context: int = 256, width: int = 1, repeats: int = 15) -> float:
+    """Median ms of one forward over ``width`` positions after ``context`` cached ones (compiles
+    first). On CUDA the warm calls also let CUDA graph trees warm up and record, so the timed calls
+    are replays."""
     with torch.inference_mode():
-        # on CUDA the engine's own cache: its buffers have static addresses, without which a graph
-        # that writes them cannot be a CUDA graph (torch skips cudagraphs for mutated inputs)
-        cache = target.session_cache(context + 128) if target.device.type == "cuda" else target.new_cache(context + 128)
-        ids = random_ids(target, context, 0)
-        target.forward(ids, cache, 0, head=True, prefill=True)
-        return median_ms(lambda: target.forward(ids[:width], cache, context, head=True), repeats, warm=3,
-                         after=lambda: cache.crop(context), sync=target.device.type == "cuda")
+        call, after = stepper(target, context, width)
+        return median_ms(call, repeats, warm=3, after=after, sync=target.device.type == "cuda")
+
+
+QUICK_DTYPES = ("float32", "bfloat16")
+NOT_COMPARABLE = "eager, nothing compiled: not comparable with compiled runs"
+
+
+def quick(dtype: str, load, rounds: int = 5, context: int = 256, log=print) -> tuple[EngineConfig, object]:
+    """``--engine quick``: no compile, the faster eager dtype, by a few interleaved eager steps
+    (seconds, not the minutes of compiling), for iterating on a drafter. Returns the configuration
+    and its target, loaded once; an explicit ``dtype`` is taken as asked."""
+    if dtype not in DTYPE_CHOICES:
+        raise UsageError(f"unknown --dtype '{dtype}'; choose one of {', '.join(DTYPE_CHOICES)}")
+    if dtype != "auto":
+        return EngineConfig(dtype, "none", "quick", {"source": "quick", "why": f"--dtype {dtype} asked; "
+                                                     + NOT_COMPARABLE}), load(dtype)
+    targets = [load(d) for d in QUICK_DTYPES]
+    with torch.inference_mode():
+        steps = [stepper(t, context) for t in targets]
+        times = interleaved_ms(steps, rounds, sync=targets[0].device.type == "cuda")
+    ms = [statistics.median(t) for t in times]
+    best = min(range(len(ms)), key=ms.__getitem__)
+    log("engine: quick: eager " + ", ".join(f"{d} {m:.1f} ms" for d, m in zip(QUICK_DTYPES, ms))
+        + f" per vanilla step; {QUICK_DTYPES[best]}, nothing compiled")
+    choice = {"source": "quick", "eager_step_ms": dict(zip(QUICK_DTYPES, ms)), "rounds": rounds,
+              "why": f"the faster eager dtype by {rounds} interleaved steps; {NOT_COMPARABLE}"}
+    return EngineConfig(QUICK_DTYPES[best], "none", "quick", choice), targets[best]
 
 
 def apply(target, mode: str) -> tuple[str, str | None]:

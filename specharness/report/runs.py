@@ -66,11 +66,21 @@ class Run:
         return float(self.meta.get("temperature", 0.0) or 0.0)
 
     @property
+    def quick(self) -> bool:
+        """Run with ``--engine quick`` (eager, nothing compiled): not comparable with compiled runs."""
+        return bool((self.meta.get("engine") or {}).get("quick"))
+
+    @property
     def is_vanilla(self) -> bool:
         return self.method == "vanilla"
 
     def subset(self, subtask: str | None) -> list[QuestionRecord]:
         return [r for r in self.records if subtask in (None, "overall") or r.subtask == subtask]
+
+
+QUICK_MARK = "[quick]"
+QUICK_NOTE = (f" {QUICK_MARK}: run with --engine quick (eager, nothing compiled); its numbers are not comparable "
+              "with compiled runs.")
 
 
 # ---- loading and grouping ------------------------------------------------------------------
@@ -202,6 +212,9 @@ def select_runs(paths: list[str | Path]) -> list[Run]:
     assign_labels(runs)
     assign_baselines(runs)
     assign_main(runs)
+    for r in runs:  # every table shows it, so no quick number passes for a compiled one
+        if r.quick:
+            r.label, r.short = f"{r.label} {QUICK_MARK}", f"{r.short} {QUICK_MARK}"
     return runs
 
 

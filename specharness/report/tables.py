@@ -11,7 +11,7 @@ import math
 from .. import metrics, stats
 from ..costmodel import predict
 from ..tasks.specbench import SUBTASKS
-from .runs import SUBTASK_TITLES, Run, cell, fmt_cr, fmt_params, fmt_speedup, same_setting, subtasks_present
+from .runs import QUICK_NOTE, SUBTASK_TITLES, Run, cell, fmt_cr, fmt_params, fmt_speedup, same_setting, subtasks_present
 from .sections import Note, Section, Table
 
 
@@ -61,6 +61,8 @@ def table1(runs: list[Run], name: str = "table1", title: str = "Table 1", label:
         if unstable:
             caption += (f" † some question's timed repeats varied by more than {stats.CV_LIMIT:.0%} "
                         "(coefficient of variation), in this method or its vanilla baseline.")
+        if any(r.quick for r in rows_runs):
+            caption += QUICK_NOTE
         caption += caption_extra
         suffix = "" if t == 0 else f"_temp{t:g}"
         md_header = ["Method", "Extra params"] + [f"{SUBTASK_TITLES.get(s, s)} {h}" for s in subs + ["Avg."]
