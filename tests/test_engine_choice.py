@@ -14,6 +14,21 @@ from specharness.results import meta_path
 from specharness.session import EngineRequest, Session
 
 
+@pytest.fixture(autouse=True)
+def unpinned(monkeypatch):
+    """The suite pins float32/none ($SPECHARNESS_ENGINE); these tests are about what "auto" means."""
+    monkeypatch.delenv("SPECHARNESS_ENGINE", raising=False)
+
+
+@pytest.fixture
+def cache(monkeypatch, tmp_path, temporary_cache):
+    """A cache of its own for the engine choice, sharing the session's built kernels (a rebuild: ~30 s)."""
+    for shared in ("models", "kernels"):
+        (tmp_path / shared).symlink_to(temporary_cache / shared, target_is_directory=True)
+    monkeypatch.setenv("SPECHARNESS_CACHE", str(tmp_path))
+    return tmp_path
+
+
 def tiny(dtype: str = "float32", hidden: int = 32, layers: int = 1) -> TargetModel:
     return TargetModel.tiny("llama", vocab_size=32, n_layers=layers, hidden_size=hidden, seed=0, dtype=dtype)
 
@@ -74,3 +89,98 @@ def test_bad_engine_requests_are_one_line(request_, expected):
     from specharness.errors import UsageError
     with pytest.raises(UsageError, match=expected):
         Session(request_)
+
+
+AMX = ("amx_tile", "amx_bf16", "avx512_bf16", "avx512f")
+EAGER = (("float32", "none"), ("bfloat16", "none"))
+
+
+def never_load(dtype):
+    raise AssertionError(f"loaded a {dtype} target: the table needs no measurement")
+
+
+def uneven(dtype: str) -> TargetModel:
+    """Two candidates whose steps differ several times over, so the quiet ranking is not a coin toss."""
+    return tiny() if dtype == "float32" else tiny("bfloat16", hidden=256, layers=4)
+
+
+def test_the_table_answers_without_measuring_and_says_which_row(monkeypatch, cache):
+    monkeypatch.setattr(engine_choice, "cpu_features", lambda: AMX)
+    got = engine_choice.choose("auto", "auto", "m", "cpu", 2, never_load)
+    assert (got.dtype, got.compile, got.source) == ("bfloat16", "max-autotune", "table")
+    assert got.choice["row"] == "amx" and got.choice["cpu_features"] == list(AMX) and "v6" in got.choice["why"]
+    assert not engine_choice.choice_file("m", "cpu", 2).exists()  # nothing measured, nothing cached
+    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ("avx512_bf16", "avx512f"))
+    got = engine_choice.choose("float32", "auto", "m", "cpu", 2, never_load)  # that row ranks every candidate
+    assert (got.dtype, got.compile, got.choice["row"]) == ("float32", "default", "avx512_bf16")
+    assert engine_choice.from_table("auto", "auto", "cuda") is None  # a GPU is measured, as before
+    # profile's measurement, once cached, outranks the table
+    engine_choice.save_choice("m", "cpu", 2, {"candidates": [{"dtype": "float32", "compile": "none", "step_ms": 1.0}],
+                                              "by": "specharness profile"})
+    assert engine_choice.choose("auto", "auto", "m", "cpu", 2, never_load).source == "cached"
+
+
+def test_a_partial_request_the_row_does_not_cover_is_measured_not_cached(monkeypatch, cache):
+    monkeypatch.setattr(engine_choice, "cpu_features", lambda: AMX)  # AMX's row ranks two configurations only
+    monkeypatch.setattr(engine_choice, "CANDIDATES", EAGER)
+    monkeypatch.setattr(engine_choice, "contention", lambda *a: None)
+    got = engine_choice.choose("float32", "auto", "m", "cpu", 1, uneven)
+    assert (got.dtype, got.compile, got.source) == ("float32", "none", "measured")
+    assert not engine_choice.choice_file("m", "cpu", 1).exists()  # float32 alone would pass for every candidate
+
+
+def test_the_header_says_which_row_was_used(monkeypatch, capsys):
+    monkeypatch.setattr(engine_choice, "cpu_features", lambda: AMX)
+    monkeypatch.setattr(engine_choice, "KNOWN_BEST", (engine_choice.KnownBest("amx", "amx_tile", EAGER, "why"),))
+    monkeypatch.setattr(TargetModel, "load", classmethod(lambda cls, m, dtype, *a, **k: tiny(dtype)))
+    engine = Session(EngineRequest("m")).target.engine
+    assert engine["chosen"] == "table" and engine["choice"] == {"source": "table", "row": "amx",
+                                                                "cpu_features": list(AMX), "why": "why"}
+
+
+def test_a_flagged_measurement_is_not_cached_and_is_redone(monkeypatch, cache, capsys):
+    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ())  # no row: measured
+    monkeypatch.setattr(engine_choice, "CANDIDATES", EAGER)
+    monkeypatch.setattr(engine_choice, "others_busy", lambda *a: 1.5)
+    loads: list[str] = []
+    load = lambda dtype: loads.append(dtype) or uneven(dtype)  # noqa: E731
+    got = engine_choice.choose("auto", "auto", "m", "cpu", 1, load)
+    assert got.source == "measured" and "1.5 core(s)" in got.choice["flagged"]
+    assert not engine_choice.choice_file("m", "cpu", 1).exists() and "not cached" in capsys.readouterr().err
+    assert engine_choice.choose("auto", "auto", "m", "cpu", 1, load).source == "measured" and len(loads) == 4
+
+
+def busy_loops() -> list:
+    """One spinning process pinned to each core this process may use: a CPU-bound job sharing them."""
+    import os
+    import subprocess
+    import sys
+    return [subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{c}}})\nwhile True: pass"])
+            for c in sorted(os.sched_getaffinity(0))]
+
+
+def test_a_choice_made_under_load_equals_the_quiet_one_or_is_flagged_and_not_cached(monkeypatch, cache):
+    import time
+    monkeypatch.setattr(engine_choice, "CANDIDATES", EAGER)
+    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ())  # the "neither" row: a measurement
+    check = engine_choice.contention
+    monkeypatch.setattr(engine_choice, "contention", lambda *a: None)  # the quiet reference (tests share cores)
+    quiet = engine_choice.choose("auto", "auto", "m", "cpu", 1, uneven)
+    engine_choice.choice_file("m", "cpu", 1).unlink()
+    monkeypatch.setattr(engine_choice, "contention", check)
+    loops = busy_loops()
+    try:
+        time.sleep(0.3)
+        loaded = engine_choice.choose("auto", "auto", "m", "cpu", 1, uneven)
+        monkeypatch.setattr(engine_choice, "cpu_features", lambda: AMX)  # a table row: load cannot touch it
+        table = engine_choice.choose("auto", "auto", "m2", "cpu", 1, never_load)
+    finally:
+        for p in loops:
+            p.kill()
+            p.wait()
+    cached = engine_choice.choice_file("m", "cpu", 1).exists()
+    if loaded.choice.get("flagged"):
+        assert not cached
+    else:
+        assert (loaded.dtype, loaded.compile) == (quiet.dtype, quiet.compile) and cached
+    assert (table.dtype, table.compile) == (engine_choice.from_table("auto", "auto", "cpu").dtype, "max-autotune")

@@ -12,6 +12,7 @@ the timings (``cache_root()/engine/``). ``python -m specharness profile`` measur
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import sys
@@ -106,12 +107,16 @@ def median_ms(call, repeats: int, warm: int = 1, after=None, sync: bool = False)
 
 
 def interleaved_ms(steps: list[tuple[Callable[[], object], Callable[[], object]]], rounds: int, warm: int = 1,
-                   sync: bool = False) -> list[list[float]]:
+                   sync: bool = False, min_s: float = 0.0, max_rounds: int = 1000) -> list[list[float]]:
     """Each ``(call, after)``'s ms per round, timed round-robin with the start rotating per round
     (A B C, B C A, ...): load that comes and goes falls on every candidate alike, where timing them
-    one after another would hand it all to whichever ran then."""
+    one after another would hand it all to whichever ran then. Runs ``rounds`` timed rounds, more
+    (up to ``max_rounds``) until ``min_s`` have passed, so a window of cheap steps is long enough
+    to tell whether other work shared it."""
     times: list[list[float]] = [[] for _ in steps]
-    for r in range(warm + rounds):
+    started = time.perf_counter()
+    r = 0
+    while r < warm + rounds or (time.perf_counter() - started < min_s and r < warm + max_rounds):
         for k in range(len(steps)):
             i = (r + k) % len(steps)
             call, after = steps[i]
@@ -119,6 +124,7 @@ def interleaved_ms(steps: list[tuple[Callable[[], object], Callable[[], object]]
             after()
             if r >= warm:
                 times[i].append(1e3 * seconds)
+        r += 1
     return times
 
 
@@ -192,9 +198,110 @@ def apply(target, mode: str) -> tuple[str, str | None]:
         return "none", exception_line(exc)
 
 
-def measure(load, model: str, device: str, threads: int, candidates=None, log=print) -> dict:
-    """Every candidate's vanilla step; ``load(dtype)`` returns a fresh target in that dtype."""
-    rows = []
+FEATURE_FLAGS = ("amx_tile", "amx_bf16", "avx512_bf16", "avx512f")
+
+
+@dataclass(frozen=True)
+class KnownBest:
+    """A row of the table: CPUs with ``flag`` run best in ``ranking`` (fastest first), as measured."""
+
+    row: str
+    flag: str
+    ranking: tuple[tuple[str, str], ...]
+    why: str
+
+
+# What was measured, never assumed (SmolLM2-135M, 2 threads, vanilla step at context 256). A machine
+# without either flag has no row: bfloat16 there is emulated, and eager timings cannot stand in for
+# compiled ones (on the AVX512-BF16 machine bfloat16 led eager, float32 led inductor's default), so
+# it is measured, interleaved, once.
+KNOWN_BEST = (
+    KnownBest("amx", "amx_tile", (("bfloat16", "max-autotune"), ("float32", "none")),
+              "AMX: bfloat16/max-autotune 14.4 ms per step, float32 eager 35.5 on a 2-core Xeon with AMX "
+              "(results/smollm2-cpu-xeon-profile-v6; the same order in v1-v5)"),
+    KnownBest("avx512_bf16", "avx512_bf16", (("bfloat16", "max-autotune"), ("float32", "default"),
+                                             ("bfloat16", "default"), ("bfloat16", "none"), ("float32", "none")),
+              "AVX512-BF16 without AMX: bfloat16/max-autotune 24.5 ms per step, float32 compiled 33.9, bfloat16 "
+              "compiled 37.4, bfloat16 eager 72.6, float32 eager 83.3 on a 2-core AMD EPYC (issue 34)"),
+)
+OTHERS_LIMIT = 0.5  # others' work on our cores during the timing, in cores, above which a choice is flagged
+
+
+def cpu_features() -> tuple[str, ...]:
+    """The CPU flags that pick a table row, from /proc/cpuinfo (none where it cannot be read)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                return tuple(f for f in FEATURE_FLAGS if f in flags)
+    except OSError:
+        pass
+    return ()
+
+
+def from_table(dtype: str, compile_mode: str, device: str) -> EngineConfig | None:
+    """The known-best configuration for this CPU's features, or None (no row, a GPU, or a partial
+    request the row's measurement does not cover). Taken from the table, the choice cannot depend
+    on how loaded the machine is now."""
+    if not device.startswith("cpu"):
+        return None
+    features = cpu_features()
+    for known in KNOWN_BEST:
+        if known.flag not in features:
+            continue
+        if (dtype, compile_mode) != ("auto", "auto") and not set(CANDIDATES) <= set(known.ranking):
+            return None  # only part of the candidates was measured there: the asked subset may lack its best
+        fits = [(d, m) for d, m in known.ranking if dtype in ("auto", d) and compile_mode in ("auto", m)]
+        if fits:
+            return EngineConfig(*fits[0], "table", {"source": "table", "row": known.row,
+                                                    "cpu_features": list(features), "why": known.why})
+    return None
+
+
+def _cpu_seconds() -> tuple[float, float] | None:
+    """(busy seconds of the cores this process may run on, this process's CPU seconds), or None
+    where /proc/stat cannot say (not Linux)."""
+    try:
+        cores = {f"cpu{c}" for c in os.sched_getaffinity(0)}
+        busy = 0.0
+        for line in Path("/proc/stat").read_text().splitlines():
+            name, *ticks = line.split()
+            if name in cores:  # user nice system idle iowait irq softirq steal: all but idle and iowait
+                t = [int(x) for x in ticks[:8]]
+                busy += sum(t) - t[3] - t[4]
+        ours = os.times()
+        return busy / os.sysconf("SC_CLK_TCK"), ours.user + ours.system
+    except (OSError, AttributeError, ValueError):
+        return None
+
+
+def others_busy(before: tuple[float, float] | None, after: tuple[float, float] | None, wall_s: float) -> float | None:
+    """How many cores' worth of other work ran on our cores between two ``_cpu_seconds`` readings
+    (steal time included): what the 1-minute load average cannot say, since it also counts our own
+    compiling and reacts over a minute."""
+    if before is None or after is None or wall_s <= 0:
+        return None
+    return max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / wall_s
+
+
+def contention(times: list[list[float]], others: float | None, threads: int) -> str | None:
+    """Why a measurement cannot be trusted as the quiet machine's, or None."""
+    if others is not None and others > OTHERS_LIMIT:
+        return f"other work used {others:.1f} core(s) of ours while timing"
+    if others is None and hasattr(os, "getloadavg") and os.getloadavg()[0] > threads + 1:
+        return f"load average {os.getloadavg()[0]:.1f} above the {threads} thread(s) in use"
+    spreads = [statistics.quantiles(t, n=4) for t in times if len(t) >= 4]
+    worst = max((q[2] / q[0] for q in spreads if q[0] > 0), default=1.0)
+    if worst > 1.3:
+        return f"a candidate's step times spread {worst:.2f}x between quartiles"
+    return None
+
+
+def measure(load, model: str, device: str, threads: int, candidates=None, log=print, rounds: int = 9) -> dict:
+    """Every candidate's vanilla step; ``load(dtype)`` returns a fresh target in that dtype. All are
+    compiled first, then timed round-robin (``interleaved_ms``), so a load that comes and goes
+    falls on all alike; ``flagged`` says why the machine looked loaded, if it did."""
+    ready = []
     for dtype, mode in candidates or CANDIDATES:
         started = time.perf_counter()
         target = load(dtype)
@@ -202,21 +309,33 @@ def measure(load, model: str, device: str, threads: int, candidates=None, log=pr
         if why or got != mode:
             log(f"engine: {dtype}/{mode} cannot compile here ({why}); left out")
             continue
-        ms = step_ms(target)
-        rows.append({"dtype": dtype, "compile": mode, "step_ms": ms, "setup_s": time.perf_counter() - started})
-        log(f"engine: {dtype} {mode}: {ms:.1f} ms per vanilla step (setup {time.perf_counter() - started:.0f} s)")
-    if not rows:
+        ready.append((dtype, mode, target, time.perf_counter() - started))
+        log(f"engine: {dtype}/{mode} ready (setup {ready[-1][3]:.0f} s)")
+    if not ready:
         raise UsageError("no engine configuration ran on this machine")
+    with torch.inference_mode():
+        steps = [stepper(target) for _, _, target, _ in ready]
+        before, started = _cpu_seconds(), time.perf_counter()
+        times = interleaved_ms(steps, rounds, warm=3, sync=device.startswith("cuda"), min_s=2.0)
+        others = others_busy(before, _cpu_seconds(), time.perf_counter() - started)
+    rows = [{"dtype": d, "compile": m, "step_ms": statistics.median(t), "setup_s": setup, "ms": t}
+            for (d, m, _, setup), t in zip(ready, times)]
+    for r in rows:
+        log(f"engine: {r['dtype']} {r['compile']}: {r['step_ms']:.1f} ms per vanilla step")
     best = min(rows, key=lambda r: r["step_ms"])
+    flagged = contention(times, others, threads)
     return {"model": model, "device": device, "threads": threads, "machine": machine_key(model, device, threads),
             "chosen": {"dtype": best["dtype"], "compile": best["compile"]}, "candidates": rows,
+            "interleaved_rounds": len(times[0]), "others_cores": others, "flagged": flagged,
             "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "by": "specharness.model.engine_choice.measure"}
 
 
 def choose(dtype: str, compile_mode: str, model: str, device: str, threads: int, load,
            options: EngineOptions | None = None) -> EngineConfig:
     """The configuration a run uses: what the flags say, else what ``options.pinned``
-    ($SPECHARNESS_ENGINE) says, else the cached measurement, else measure now."""
+    ($SPECHARNESS_ENGINE) says, else the cached measurement (``profile``'s or an earlier one), else
+    the table's row for this CPU, else measure now (cached unless flagged: a choice made on a
+    loaded machine is redone by the next run)."""
     if dtype not in DTYPE_CHOICES:
         raise UsageError(f"unknown --dtype '{dtype}'; choose one of {', '.join(DTYPE_CHOICES)}")
     if compile_mode not in COMPILE_CHOICES:
@@ -231,16 +350,28 @@ def choose(dtype: str, compile_mode: str, model: str, device: str, threads: int,
     record = load_choice(model, device, threads)
     source = "cached"
     if record is None:
-        print("engine: measuring which dtype and compile mode decode fastest on this machine (once; "
-              "cached, see 'python -m specharness profile')", file=sys.stderr, flush=True)
-        record = measure(load, model, device, threads, log=lambda s: print(s, file=sys.stderr, flush=True))
-        save_choice(model, device, threads, record)
+        table = from_table(dtype, compile_mode, device)
+        if table is not None:
+            return table
+        print("engine: measuring which dtype and compile mode decode fastest on this machine (no known-best row "
+              "for this CPU; once, cached; see 'python -m specharness profile')", file=sys.stderr, flush=True)
+        wanted = [(d, m) for d, m in CANDIDATES if dtype in ("auto", d) and compile_mode in ("auto", m)]
+        record = measure(load, model, device, threads, wanted or None,
+                         log=lambda s: print(s, file=sys.stderr, flush=True))
         source = "measured"
+        if record["flagged"]:
+            print(f"engine: the machine was loaded while measuring ({record['flagged']}); this choice is not "
+                  "cached, the next run measures again", file=sys.stderr, flush=True)
+        elif len(wanted) == len(CANDIDATES):  # a partial measurement would pass for a full one later
+            save_choice(model, device, threads, record)
     rows = [r for r in record["candidates"] if (dtype == "auto" or r["dtype"] == dtype)
             and (compile_mode == "auto" or r["compile"] == compile_mode)]
     if not rows:
         return EngineConfig(dtype if dtype != "auto" else "float32", compile_mode if compile_mode != "auto" else "none",
                             "fallback")
     best = min(rows, key=lambda r: r["step_ms"])
-    return EngineConfig(best["dtype"], best["compile"], source)
-
+    choice = {"source": source, "by": record.get("by"), "measured": record.get("measured"),
+              "why": "the fastest vanilla step measured here" + (" (interleaved)" if "interleaved_rounds" in record
+                                                                 else ""),
+              **({"flagged": record["flagged"]} if record.get("flagged") else {})}
+    return EngineConfig(best["dtype"], best["compile"], source, choice)
