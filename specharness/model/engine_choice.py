@@ -1,12 +1,13 @@
 """Which dtype and compile mode the engine runs in: the fastest vanilla on the machine at hand,
-measured, never assumed, and recorded in every result header.
+known from a measurement, never assumed, and recorded in every result header.
 
 Candidates are float32 and bfloat16, each eager or compiled (inductor ``default``; bfloat16 also
 ``max-autotune``, whose GEMM templates are picked per shape by benchmarking). ``choose`` returns
-the cached choice for this model, machine and thread count, or measures every candidate's vanilla
-decoding step (one token at a ~256-token context, after compiling) and caches the fastest with all
-the timings (``cache_root()/engine/``). ``python -m specharness profile`` measures much more
-(width curves, drafters, the roofline) and updates the same choice.
+the cached choice for this model, machine and thread count (``profile``'s, or an earlier
+measurement), else the table's known-best row for this CPU's features (AMX, AVX512-BF16: seconds,
+not the ~17 minutes of compiling every candidate, and independent of load), else measures every
+candidate interleaved and caches the fastest unless the machine was loaded (``cache_root()/engine/``).
+``quick`` (``--engine quick``) picks the faster eager dtype in seconds and compiles nothing.
 """
 
 from __future__ import annotations
