@@ -24,6 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
+from .compile_progress import CompileProgress
 from .engine_options import EngineOptions
 from .errors import UsageError
 from .outputs import ResultFiles
@@ -208,18 +209,20 @@ def run_here(plan: RunPlan, session: Session, files: ResultFiles) -> int:
     timing (0 unless warm-up missed one: those questions' times then include compiling)."""
     from .runner import run_all, warm_up
     from .timing import instrumentation_cost_s
+    from tqdm import tqdm
     target, hook = session.target, session.registry.pm.hook
-    started = time.perf_counter()
 
-    def compiling(key) -> None:  # warm-up may compile for many minutes: say what, and for how long
-        files.bar.set_postfix_str(f"warm-up: compiling graph {len(target.backend.graphs) + 1} ({key.describe()}), "
-                                  f"{time.perf_counter() - started:.0f} s so far", refresh=True)
+    def say(line: str) -> None:  # warm-up may compile for many minutes: which graph, how many left, how long
+        tqdm.write(f"warm-up: {line}", file=sys.stderr)
+        files.bar.set_postfix_str(f"warm-up: {line}", refresh=True)
 
-    target.backend.on_new_graph = compiling
+    progress = CompileProgress(target.backend, session.compile_times, say)
+    target.backend.on_new_graph = progress
     try:
         warm = warm_up(target, files.methods, plan.questions, plan.settings)
-    finally:
+    finally:  # Ctrl-C keeps the times of the graphs already compiled
         target.backend.on_new_graph = None
+        progress.save()
     if target.backend.compiled:
         print(f"engine: {target.engine['dtype']} compiled ({target.engine['compile']}): {warm['graphs']} graphs, "
               f"{warm['compile_s'] + warm['compile_s_before_warmup']:.0f} s compiling before timing "

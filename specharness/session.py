@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .compile_progress import CompileProgress, times_file
 from .engine_options import EngineOptions
 from .errors import UsageError
 from .options import method_variants, resolve_options
@@ -112,7 +113,20 @@ class Session:
             config = engine_choice.choose(request.dtype, request.compile, request.model, request.device,
                                           self.threads, load, self.options)
             target = load(config.dtype)
-        mode, why = engine_choice.apply(target, config.compile)
+        machine = engine_choice.machine_key(request.model, request.device, self.threads)
+        progress: list[CompileProgress] = []
+
+        def watch(backend) -> None:  # the compile check's graphs: say which, how many left, how long
+            progress.append(CompileProgress(backend, times_file(machine, config.dtype, config.compile),
+                                            lambda line: print(f"engine: {line}", file=sys.stderr, flush=True)))
+            backend.on_new_graph = progress[-1]
+        try:
+            mode, why = engine_choice.apply(target, config.compile, watch)
+        finally:
+            for p in progress:
+                p.save()
+                p.backend.on_new_graph = None
+        self.compile_times = times_file(machine, config.dtype, mode)  # warm-up's estimates read and add to it
         if why:
             print(f"note: cannot compile here ({why}); running eagerly", file=sys.stderr)
         quick = {"quick": True, "comparable": engine_choice.NOT_COMPARABLE} if request.engine == "quick" else {}

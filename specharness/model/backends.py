@@ -77,6 +77,7 @@ class EagerBackend:
         self.graphs: set[GraphKey] = set()  # every graph compiled
         self.used: set[GraphKey] = set()  # the graphs called since the caller last cleared it (warm-up, per method)
         self.compile_s = 0.0
+        self.compile_times: dict[GraphKey, float] = {}  # seconds each graph took to compile (progress estimates)
         self.on_new_graph: Callable[[GraphKey], None] | None = None  # told before each compile (a progress line)
 
     def width(self, T: int, prefill: bool = False) -> int:
@@ -152,5 +153,6 @@ class CompiledBackend(EagerBackend):
         out = self.narrow(*args) if static else self.wide(self.stack, *args, True)
         if started is not None:  # a new graph: this call compiled it
             self.graphs.add(key)
-            self.compile_s += time.perf_counter() - started
+            self.compile_times[key] = time.perf_counter() - started
+            self.compile_s += self.compile_times[key]
         return out

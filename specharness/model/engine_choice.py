@@ -183,13 +183,16 @@ def quick(dtype: str, load, rounds: int = 5, context: int = 256, log=print) -> t
     return EngineConfig(QUICK_DTYPES[best], "none", "quick", choice), targets[best]
 
 
-def apply(target, mode: str) -> tuple[str, str | None]:
-    """Switch ``target`` to ``mode``; a compile that fails falls back to eager with a reason."""
+def apply(target, mode: str, watch: Callable[[object], None] | None = None) -> tuple[str, str | None]:
+    """Switch ``target`` to ``mode``; a compile that fails falls back to eager with a reason.
+    ``watch(backend)`` sees the new backend before it compiles anything (a progress observer)."""
     if mode == "none":
         target.compile("none")
         return "none", None
     try:
         target.compile(mode)
+        if watch is not None:
+            watch(target.backend)
         step_ms(target, context=16, repeats=1)  # compiles now: a failure shows here, not mid-run
         return mode, None
     except UsageError:

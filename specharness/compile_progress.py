@@ -1,0 +1,58 @@
+"""Progress you can trust while graphs compile: which graph, how many are left, and how long the
+rest took last time. Compiling can take minutes a graph; a bar that only counts seconds says
+nothing about when timing starts. Each graph's compile seconds are kept in the cache beside the
+engine choice (``cache_root()/engine/``), keyed by machine, dtype and mode, so the next run with
+the same engine knows which graphs are coming and what they cost.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+from .paths import cache_root, write_text_atomic
+
+
+def graph_id(key: tuple) -> str:
+    """A graph key as stored: every field, so graphs that differ only in what they capture differ."""
+    return "|".join(map(str, key))
+
+
+def times_file(machine: str, dtype: str, mode: str) -> Path:
+    """Where one engine's per-graph compile seconds are kept (``machine``: ``engine_choice.machine_key``)."""
+    return cache_root() / "engine" / f"{machine}-{dtype}-{mode}.compile.json"
+
+
+class CompileProgress:
+    """An ``on_new_graph`` observer: ``say`` gets one line per graph compiled, with the graphs left
+    and an estimate from the last run's times; ``save()`` merges this run's times into the store."""
+
+    def __init__(self, backend, path: Path, say: Callable[[str], None]) -> None:
+        self.backend, self.path, self.say = backend, path, say
+        self.started = time.perf_counter()
+        try:
+            self.last: dict[str, float] = json.loads(path.read_text())["graphs"] if path.is_file() else {}
+        except (json.JSONDecodeError, KeyError, TypeError):
+            self.last = {}  # an unreadable store only costs the estimate
+
+    def __call__(self, key) -> None:
+        done = {graph_id(k) for k in self.backend.graphs}
+        n = len(self.backend.graphs) + 1
+        line = f"compiling graph {n} ({key.describe()})"
+        if self.last:
+            todo = [g for g in self.last if g not in done]
+            left = len([g for g in todo if g != graph_id(key)])
+            line += f", {left} more expected, about {sum(self.last[g] for g in todo):.0f} s to go (last run's times)"
+        else:
+            line += ", no estimate yet (first compile of this engine here)"
+        self.say(f"{line}; {time.perf_counter() - self.started:.0f} s so far")
+
+    def save(self) -> None:
+        """Keep every graph's compile seconds for the next run (a graph not compiled now keeps its old time)."""
+        if not self.backend.compile_times:
+            return
+        merged = {**self.last, **{graph_id(k): s for k, s in self.backend.compile_times.items()}}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(self.path, json.dumps({"graphs": merged}, indent=1))
