@@ -110,9 +110,10 @@ def test_the_table_answers_without_measuring_and_says_which_row(monkeypatch, cac
     assert (got.dtype, got.compile, got.source) == ("bfloat16", "max-autotune", "table")
     assert got.choice["row"] == "amx" and got.choice["cpu_features"] == list(AMX) and "v6" in got.choice["why"]
     assert not engine_choice.choice_file("m", "cpu", 2).exists()  # nothing measured, nothing cached
-    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ("avx512_bf16", "avx512f"))
-    got = engine_choice.choose("float32", "auto", "m", "cpu", 2, never_load)  # that row ranks every candidate
-    assert (got.dtype, got.compile, got.choice["row"]) == ("float32", "default", "avx512_bf16")
+    got = engine_choice.choose("float32", "auto", "m", "cpu", 2, never_load)  # the row ranks every candidate
+    assert (got.dtype, got.compile, got.choice["row"]) == ("float32", "default", "amx")
+    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ("avx512_bf16", "avx512f"))  # no AMX: no row
+    assert engine_choice.from_table("auto", "auto", "cpu") is None
     assert engine_choice.from_table("auto", "auto", "cuda") is None  # a GPU is measured, as before
     # profile's measurement, once cached, outranks the table
     engine_choice.save_choice("m", "cpu", 2, {"candidates": [{"dtype": "float32", "compile": "none", "step_ms": 1.0}],
@@ -121,7 +122,9 @@ def test_the_table_answers_without_measuring_and_says_which_row(monkeypatch, cac
 
 
 def test_a_partial_request_the_row_does_not_cover_is_measured_not_cached(monkeypatch, cache):
-    monkeypatch.setattr(engine_choice, "cpu_features", lambda: AMX)  # AMX's row ranks two configurations only
+    monkeypatch.setattr(engine_choice, "cpu_features", lambda: AMX)
+    monkeypatch.setattr(engine_choice, "KNOWN_BEST", (engine_choice.KnownBest(  # a row that ranks two only
+        "amx", "amx_tile", (("bfloat16", "max-autotune"), ("float32", "none")), "why"),))
     monkeypatch.setattr(engine_choice, "CANDIDATES", EAGER)
     monkeypatch.setattr(engine_choice, "contention", lambda *a: None)
     got = engine_choice.choose("float32", "auto", "m", "cpu", 1, uneven)
