@@ -133,7 +133,7 @@ def left_truncate(target: TargetModel, messages: list[dict], room: int) -> list[
     """``messages`` with their contents cut from the left, oldest first, until the chat-template ids
     fit ``room``: the template (system prompt, role markers, generation prompt) stays whole, so the
     model still reads a well-formed conversation. Each message's kept suffix is a binary search over
-    characters: about 20 tokenisations of at most the text itself, never a forward."""
+    characters: about 20 tokenisations of the conversation, never a forward."""
     out = [dict(m) for m in messages]
 
     def fits() -> bool:
@@ -148,7 +148,7 @@ def left_truncate(target: TargetModel, messages: list[dict], room: int) -> list[
             mid = (lo + hi + 1) // 2
             m["content"] = text[len(text) - mid:]
             lo, hi = (mid, hi) if fits() else (lo, mid - 1)
-        m["content"] = text[len(text) - lo:] if lo else ""
+        m["content"] = text[len(text) - lo:]
         return out
     raise UsageError(f"the chat template alone exceeds {room} prompt tokens; lower --max-new-tokens")
 

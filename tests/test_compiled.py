@@ -110,7 +110,7 @@ def test_the_configuration_is_pinned_asked_cached_or_measured(monkeypatch, tmp_p
     with pytest.raises(UsageError, match="DTYPE/MODE"):
         engine_choice.choose("auto", "auto", "m", "cpu", 1, None)
     monkeypatch.delenv(engine_choice.PIN_ENV)
-    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ())  # the "neither" row: no table, measure
+    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ())  # no table row (no AMX): measured
     monkeypatch.setattr(engine_choice, "contention", lambda *a: None)  # a quiet machine (tests share cores)
     loads = []
 

@@ -106,25 +106,28 @@ def uneven(dtype: str) -> TargetModel:
 
 def test_the_table_answers_without_measuring_and_says_which_row(monkeypatch, cache):
     monkeypatch.setattr(engine_choice, "cpu_features", lambda: AMX)
-    got = engine_choice.choose("auto", "auto", "m", "cpu", 2, never_load)
+    got = engine_choice.choose("auto", "auto", "smollm2", "cpu", 2, never_load)
     assert (got.dtype, got.compile, got.source) == ("bfloat16", "max-autotune", "table")
     assert got.choice["row"] == "amx" and got.choice["cpu_features"] == list(AMX) and "v6" in got.choice["why"]
-    assert not engine_choice.choice_file("m", "cpu", 2).exists()  # nothing measured, nothing cached
-    got = engine_choice.choose("float32", "auto", "m", "cpu", 2, never_load)  # the row ranks every candidate
+    assert not engine_choice.choice_file("smollm2", "cpu", 2).exists()  # nothing measured, nothing cached
+    # measured on SmolLM2 at 2 threads: another model or thread count is measured, not assumed
+    assert engine_choice.from_table("auto", "auto", "cpu", "other.gguf", 2) is None
+    assert engine_choice.from_table("auto", "auto", "cpu", None, 1) is None
+    got = engine_choice.choose("float32", "auto", "smollm2", "cpu", 2, never_load)  # the row ranks every candidate
     assert (got.dtype, got.compile, got.choice["row"]) == ("float32", "default", "amx")
     monkeypatch.setattr(engine_choice, "cpu_features", lambda: ("avx512_bf16", "avx512f"))  # no AMX: no row
-    assert engine_choice.from_table("auto", "auto", "cpu") is None
-    assert engine_choice.from_table("auto", "auto", "cuda") is None  # a GPU is measured, as before
+    assert engine_choice.from_table("auto", "auto", "cpu", "smollm2", 2) is None
+    assert engine_choice.from_table("auto", "auto", "cuda", "smollm2", 2) is None  # a GPU is measured, as before
     # profile's measurement, once cached, outranks the table
-    engine_choice.save_choice("m", "cpu", 2, {"candidates": [{"dtype": "float32", "compile": "none", "step_ms": 1.0}],
+    engine_choice.save_choice("smollm2", "cpu", 2, {"candidates": [{"dtype": "float32", "compile": "none", "step_ms": 1.0}],
                                               "by": "specharness profile"})
-    assert engine_choice.choose("auto", "auto", "m", "cpu", 2, never_load).source == "cached"
+    assert engine_choice.choose("auto", "auto", "smollm2", "cpu", 2, never_load).source == "cached"
 
 
 def test_a_partial_request_the_row_does_not_cover_is_measured_not_cached(monkeypatch, cache):
     monkeypatch.setattr(engine_choice, "cpu_features", lambda: AMX)
     monkeypatch.setattr(engine_choice, "KNOWN_BEST", (engine_choice.KnownBest(  # a row that ranks two only
-        "amx", "amx_tile", (("bfloat16", "max-autotune"), ("float32", "none")), "why"),))
+        "amx", "amx_tile", (("bfloat16", "max-autotune"), ("float32", "none")), "why", "m", 1),))
     monkeypatch.setattr(engine_choice, "CANDIDATES", EAGER)
     monkeypatch.setattr(engine_choice, "contention", lambda *a: None)
     got = engine_choice.choose("float32", "auto", "m", "cpu", 1, uneven)
@@ -134,9 +137,9 @@ def test_a_partial_request_the_row_does_not_cover_is_measured_not_cached(monkeyp
 
 def test_the_header_says_which_row_was_used(monkeypatch, capsys):
     monkeypatch.setattr(engine_choice, "cpu_features", lambda: AMX)
-    monkeypatch.setattr(engine_choice, "KNOWN_BEST", (engine_choice.KnownBest("amx", "amx_tile", EAGER, "why"),))
+    monkeypatch.setattr(engine_choice, "KNOWN_BEST", (engine_choice.KnownBest("amx", "amx_tile", EAGER, "why", "m", 1),))
     monkeypatch.setattr(TargetModel, "load", classmethod(lambda cls, m, dtype, *a, **k: tiny(dtype)))
-    engine = Session(EngineRequest("m")).target.engine
+    engine = Session(EngineRequest("m", threads=1)).target.engine
     assert engine["chosen"] == "table" and engine["choice"] == {"source": "table", "row": "amx",
                                                                 "cpu_features": list(AMX), "why": "why"}
 
@@ -144,11 +147,13 @@ def test_the_header_says_which_row_was_used(monkeypatch, capsys):
 def test_a_flagged_measurement_is_not_cached_and_is_redone(monkeypatch, cache, capsys):
     monkeypatch.setattr(engine_choice, "cpu_features", lambda: ())  # no row: measured
     monkeypatch.setattr(engine_choice, "CANDIDATES", EAGER)
-    monkeypatch.setattr(engine_choice, "others_busy", lambda *a: 1.5)
+    import os
+    busy = len(os.sched_getaffinity(0)) - 1 + 0.8  # the cores our one thread leaves free, and most of ours
+    monkeypatch.setattr(engine_choice, "others_busy", lambda *a: busy)
     loads: list[str] = []
     load = lambda dtype: loads.append(dtype) or uneven(dtype)  # noqa: E731
     got = engine_choice.choose("auto", "auto", "m", "cpu", 1, load)
-    assert got.source == "measured" and "1.5 core(s)" in got.choice["flagged"]
+    assert got.source == "measured" and f"{busy:.1f} core(s)" in got.choice["flagged"]
     assert not engine_choice.choice_file("m", "cpu", 1).exists() and "not cached" in capsys.readouterr().err
     assert engine_choice.choose("auto", "auto", "m", "cpu", 1, load).source == "measured" and len(loads) == 4
 
@@ -165,7 +170,7 @@ def busy_loops() -> list:
 def test_a_choice_made_under_load_equals_the_quiet_one_or_is_flagged_and_not_cached(monkeypatch, cache):
     import time
     monkeypatch.setattr(engine_choice, "CANDIDATES", EAGER)
-    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ())  # the "neither" row: a measurement
+    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ())  # no table row (no AMX): a measurement
     check = engine_choice.contention
     monkeypatch.setattr(engine_choice, "contention", lambda *a: None)  # the quiet reference (tests share cores)
     quiet = engine_choice.choose("auto", "auto", "m", "cpu", 1, uneven)
@@ -176,7 +181,7 @@ def test_a_choice_made_under_load_equals_the_quiet_one_or_is_flagged_and_not_cac
         time.sleep(0.3)
         loaded = engine_choice.choose("auto", "auto", "m", "cpu", 1, uneven)
         monkeypatch.setattr(engine_choice, "cpu_features", lambda: AMX)  # a table row: load cannot touch it
-        table = engine_choice.choose("auto", "auto", "m2", "cpu", 1, never_load)
+        table = engine_choice.choose("auto", "auto", "smollm2", "cpu", 2, never_load)
     finally:
         for p in loops:
             p.kill()
@@ -186,7 +191,8 @@ def test_a_choice_made_under_load_equals_the_quiet_one_or_is_flagged_and_not_cac
         assert not cached
     else:
         assert (loaded.dtype, loaded.compile) == (quiet.dtype, quiet.compile) and cached
-    assert (table.dtype, table.compile) == (engine_choice.from_table("auto", "auto", "cpu").dtype, "max-autotune")
+    assert (table.dtype, table.compile) == (engine_choice.from_table("auto", "auto", "cpu", "smollm2", 2).dtype,
+                                            "max-autotune")
 
 
 def test_compile_progress_names_each_graph_and_a_second_run_estimates_from_the_first(cache):

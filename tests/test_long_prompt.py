@@ -53,7 +53,7 @@ def test_an_overlong_prompt_is_cut_with_one_warning_before_its_prefill(long_cont
     assert main(["run", "--model", str(long_context_dir), "--bench-file", str(bench), "--max-new-tokens", "8",
                  "--repeats", "2", "--warmup", "0", "--threads", "1", "--plugin", str(observer),
                  "--out", str(out)]) == 0
-    assert time.perf_counter() - started < 120  # bounded: no prefill at the full context
+    assert time.perf_counter() - started < 600  # a guard against the old hang only: the prefill width below is the check
     err = capsys.readouterr().err.replace("\r", "\n").splitlines()
     warned = [i for i, line in enumerate(err) if line.startswith("warning: question 7001")]
     assert len(warned) == 1, err  # once, not once per repeat
@@ -79,7 +79,7 @@ def test_truncation_keeps_the_chat_template_and_the_latest_text(long_context_dir
     full = target.chat_ids(messages)
     started = time.perf_counter()
     ids, cut = prompt_ids(target, messages, 8)
-    assert time.perf_counter() - started < 30  # tokenising, never a forward
+    assert time.perf_counter() - started < 120  # tokenising, never a forward (a loose guard: shared cores)
     assert len(ids) <= MAX_PROMPT_TOKENS and cut == len(full) - len(ids) > 0
     text, whole = tok.decode(ids), tok.decode(full)
     head = whole[:whole.index("<|im_start|>user\n") + len("<|im_start|>user\n")]

@@ -133,7 +133,7 @@ def test_a_question_that_kills_every_worker_stops_at_the_cap_and_keeps_the_rest(
     assert main(["compare", "--model", str(tiny_dir), "--bench-file", str(bench), "--methods", "vanilla,exit-on-marker",
                  "--max-new-tokens", "6", "--warmup", "0", "--repeats", "1", "--threads", "1", "--executor", "ray",
                  "--workers", "1", "--plugin", str(plugin), "--out-dir", str(out)]) == 2
-    assert time.perf_counter() - started < 180
+    assert time.perf_counter() - started < 600  # a guard against retrying forever, not a timing
     err = [line for line in capsys.readouterr().err.split("\n") if line.strip()]  # a bar's \r is no line end
     last = err[-1]
     assert last.startswith("specharness: error: question 4 ") and "Traceback" not in "\n".join(err), err[-5:]

@@ -95,8 +95,11 @@ def exact_node_output(case: dict) -> np.ndarray:
     return out
 
 
-def effect_size(emitted: np.ndarray, p: np.ndarray) -> float:
-    """Cohen's w of an emitted distribution against the target's."""
+def effect_size(emitted: np.ndarray, p: np.ndarray, groups: list[list[int]] | None = None) -> float:
+    """Cohen's w of an emitted distribution against the target's, over the chi-square's pooled
+    cells when ``groups`` are given (pooling can only lower it)."""
+    if groups is not None:
+        emitted, p = (np.array([x[g].sum() for g in groups]) for x in (emitted, p))
     return float(np.sqrt(np.sum((emitted - p) ** 2 / p)))
 
 
@@ -132,15 +135,15 @@ def test_the_correct_rule_emits_exactly_p(m, sampled):
 
 @pytest.fixture(scope="module")
 def design() -> dict:
-    """Each mutant's exact effect size and the N that gives every one of them power >= 0.9."""
-    effects = {}
-    for mutant, m, sampled in MUTANTS:
-        case = _case(m, sampled, mutant)
-        effects[(mutant, m, sampled)] = effect_size(exact_node_output(case), case["p"].numpy())
-    probs = dict(enumerate(_case(1, True, "correct")["p"].tolist()))
-    n = max(distributions.samples_for_power(probs, w, ALPHA, POWER)[0] for w in effects.values())
-    df = len(distributions.pool_cells(probs, n)) - 1
-    return {"effects": effects, "n": n, "df": df, "probs": probs}
+    """Each mutant's exact effect size and the N that gives every one of them power >= 0.9; the
+    effects are then taken over the cells the test pools at that N, as its power is."""
+    emitted = {(mutant, m, sampled): exact_node_output(_case(m, sampled, mutant)) for mutant, m, sampled in MUTANTS}
+    p = _case(1, True, "correct")["p"].numpy()
+    probs = dict(enumerate(p.tolist()))
+    n = max(distributions.samples_for_power(probs, effect_size(e, p), ALPHA, POWER)[0] for e in emitted.values())
+    groups = distributions.pool_cells(probs, n)
+    effects = {key: effect_size(e, p, groups) for key, e in emitted.items()}
+    return {"effects": effects, "n": n, "df": len(groups) - 1, "probs": probs}
 
 
 def test_every_mutant_moves_the_output_and_the_design_has_the_power(design):

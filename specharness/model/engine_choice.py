@@ -4,8 +4,8 @@ known from a measurement, never assumed, and recorded in every result header.
 Candidates are float32 and bfloat16, each eager or compiled (inductor ``default``; bfloat16 also
 ``max-autotune``, whose GEMM templates are picked per shape by benchmarking). ``choose`` returns
 the cached choice for this model, machine and thread count (``profile``'s, or an earlier
-measurement), else the table's known-best row for this CPU's features (AMX, AVX512-BF16: seconds,
-not the ~17 minutes of compiling every candidate, and independent of load), else measures every
+measurement), else the table's known-best row for this CPU's features, model and threads (AMX:
+seconds, not the ~17 minutes of compiling every candidate, and independent of load), else measures every
 candidate interleaved and caches the fastest unless the machine was loaded (``cache_root()/engine/``).
 ``quick`` (``--engine quick``) picks the faster eager dtype in seconds and compiles nothing.
 """
@@ -207,12 +207,15 @@ FEATURE_FLAGS = ("amx_tile", "amx_bf16", "avx512_bf16", "avx512f")
 
 @dataclass(frozen=True)
 class KnownBest:
-    """A row of the table: CPUs with ``flag`` run best in ``ranking`` (fastest first), as measured."""
+    """A row of the table: CPUs with ``flag`` run ``model`` at ``threads`` best in ``ranking``
+    (fastest first), as measured; another model or thread count is measured, not assumed."""
 
     row: str
     flag: str
     ranking: tuple[tuple[str, str], ...]
     why: str
+    model: str = "smollm2"
+    threads: int = 2
 
 
 # What was measured, never assumed (SmolLM2-135M, 2 threads, vanilla step at context 256). Both
@@ -242,15 +245,15 @@ def cpu_features() -> tuple[str, ...]:
     return ()
 
 
-def from_table(dtype: str, compile_mode: str, device: str) -> EngineConfig | None:
-    """The known-best configuration for this CPU's features, or None (no row, a GPU, or a partial
-    request the row's measurement does not cover). Taken from the table, the choice cannot depend
-    on how loaded the machine is now."""
+def from_table(dtype: str, compile_mode: str, device: str, model: str | None, threads: int) -> EngineConfig | None:
+    """The known-best configuration for this CPU's features, model and thread count, or None (no
+    row, a GPU, or a partial request the row's measurement does not cover). Taken from the table,
+    the choice cannot depend on how loaded the machine is now."""
     if not device.startswith("cpu"):
         return None
     features = cpu_features()
     for known in KNOWN_BEST:
-        if known.flag not in features:
+        if known.flag not in features or (model or "smollm2") != known.model or threads != known.threads:
             continue
         if (dtype, compile_mode) != ("auto", "auto") and not set(CANDIDATES) <= set(known.ranking):
             return None  # only part of the candidates was measured there: the asked subset may lack its best
@@ -288,8 +291,10 @@ def others_busy(before: tuple[float, float] | None, after: tuple[float, float] |
 
 
 def contention(times: list[list[float]], others: float | None, threads: int) -> str | None:
-    """Why a measurement cannot be trusted as the quiet machine's, or None."""
-    if others is not None and others > OTHERS_LIMIT:
+    """Why a measurement cannot be trusted as the quiet machine's, or None. ``others`` counts every
+    core this process may run on, so the cores our ``threads`` leave free may be busy without harm."""
+    spare = max(0, len(os.sched_getaffinity(0)) - threads) if hasattr(os, "sched_getaffinity") else 0
+    if others is not None and others > spare + OTHERS_LIMIT:
         return f"other work used {others:.1f} core(s) of ours while timing"
     if others is None and hasattr(os, "getloadavg") and os.getloadavg()[0] > threads + 1:
         return f"load average {os.getloadavg()[0]:.1f} above the {threads} thread(s) in use"
@@ -353,7 +358,7 @@ def choose(dtype: str, compile_mode: str, model: str, device: str, threads: int,
     record = load_choice(model, device, threads)
     source = "cached"
     if record is None:
-        table = from_table(dtype, compile_mode, device)
+        table = from_table(dtype, compile_mode, device, model, threads)
         if table is not None:
             return table
         print("engine: measuring which dtype and compile mode decode fastest on this machine (no known-best row "
