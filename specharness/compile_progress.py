@@ -1,8 +1,10 @@
 """Progress you can trust while graphs compile: which graph, how many are left, and how long the
-rest took last time. Compiling can take minutes a graph; a bar that only counts seconds says
+rest took before. Compiling can take minutes a graph; a bar that only counts seconds says
 nothing about when timing starts. Each graph's compile seconds are kept in the cache beside the
-engine choice (``cache_root()/engine/``), keyed by machine, dtype and mode, so the next run with
-the same engine knows which graphs are coming and what they cost.
+engine choice (``cache_root()/engine/``), keyed by machine, dtype and mode, so a later run with
+the same engine knows which graphs are coming and what they cost. The store is read once per
+process, before anything compiles (``read_times``): a run's own first graphs, saved when its
+compile check ends, must not pass for an earlier run's whole set in its warm-up.
 """
 
 from __future__ import annotations
@@ -25,17 +27,24 @@ def times_file(machine: str, dtype: str, mode: str) -> Path:
     return cache_root() / "engine" / f"{machine}-{dtype}-{mode}.compile.json"
 
 
+def read_times(path: Path) -> dict[str, float]:
+    """Earlier runs' compile seconds per graph ({} when none, or the store is unreadable: that
+    only costs the estimate)."""
+    try:
+        return dict(json.loads(path.read_text())["graphs"]) if path.is_file() else {}
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        return {}
+
+
 class CompileProgress:
     """An ``on_new_graph`` observer: ``say`` gets one line per graph compiled, with the graphs left
-    and an estimate from the last run's times; ``save()`` merges this run's times into the store."""
+    and an estimate from earlier runs' times (``last``: what ``read_times`` gave before this
+    process compiled anything); ``save()`` merges this run's times into the store."""
 
-    def __init__(self, backend, path: Path, say: Callable[[str], None]) -> None:
+    def __init__(self, backend, path: Path, say: Callable[[str], None], last: dict[str, float] | None = None) -> None:
         self.backend, self.path, self.say = backend, path, say
         self.started = time.perf_counter()
-        try:
-            self.last: dict[str, float] = json.loads(path.read_text())["graphs"] if path.is_file() else {}
-        except (json.JSONDecodeError, KeyError, TypeError):
-            self.last = {}  # an unreadable store only costs the estimate
+        self.last = read_times(path) if last is None else last
 
     def __call__(self, key) -> None:
         done = {graph_id(k) for k in self.backend.graphs}
@@ -44,7 +53,7 @@ class CompileProgress:
         if self.last:
             todo = [g for g in self.last if g not in done]
             left = len([g for g in todo if g != graph_id(key)])
-            line += f", {left} more expected, about {sum(self.last[g] for g in todo):.0f} s to go (last run's times)"
+            line += f", {left} more expected, about {sum(self.last[g] for g in todo):.0f} s to go (earlier runs' times)"
         else:
             line += ", no estimate yet (first compile of this engine here)"
         self.say(f"{line}; {time.perf_counter() - self.started:.0f} s so far")

@@ -216,7 +216,7 @@ def run_here(plan: RunPlan, session: Session, files: ResultFiles) -> int:
         tqdm.write(f"warm-up: {line}", file=sys.stderr)
         files.bar.set_postfix_str(f"warm-up: {line}", refresh=True)
 
-    progress = CompileProgress(target.backend, session.compile_times, say)
+    progress = CompileProgress(target.backend, session.compile_times, say, session.compile_last)
     target.backend.on_new_graph = progress
     try:
         warm = warm_up(target, files.methods, plan.questions, plan.settings)

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .compile_progress import CompileProgress, times_file
+from .compile_progress import CompileProgress, read_times, times_file
 from .engine_options import EngineOptions
 from .errors import UsageError
 from .options import method_variants, resolve_options
@@ -115,10 +115,13 @@ class Session:
             target = load(config.dtype)
         machine = engine_choice.machine_key(request.model, request.device, self.threads)
         progress: list[CompileProgress] = []
+        # earlier runs' compile times, read before this process compiles (its own saves must not pass for them)
+        self.compile_last = read_times(times_file(machine, config.dtype, config.compile))
 
         def watch(backend) -> None:  # the compile check's graphs: say which, how many left, how long
             progress.append(CompileProgress(backend, times_file(machine, config.dtype, config.compile),
-                                            lambda line: print(f"engine: {line}", file=sys.stderr, flush=True)))
+                                            lambda line: print(f"engine: {line}", file=sys.stderr, flush=True),
+                                            self.compile_last))
             backend.on_new_graph = progress[-1]
         try:
             mode, why = engine_choice.apply(target, config.compile, watch)
@@ -126,7 +129,9 @@ class Session:
             for p in progress:
                 p.save()
                 p.backend.on_new_graph = None
-        self.compile_times = times_file(machine, config.dtype, mode)  # warm-up's estimates read and add to it
+        self.compile_times = times_file(machine, config.dtype, mode)  # warm-up's estimates add to it
+        if mode != config.compile:  # the compile failed: eager has graphs of its own (none)
+            self.compile_last = read_times(self.compile_times)
         if why:
             print(f"note: cannot compile here ({why}); running eagerly", file=sys.stderr)
         quick = {"quick": True, "comparable": engine_choice.NOT_COMPARABLE} if request.engine == "quick" else {}
