@@ -115,7 +115,10 @@ def test_the_table_answers_without_measuring_and_says_which_row(monkeypatch, cac
     assert engine_choice.from_table("auto", "auto", "cpu", None, 1) is None
     got = engine_choice.choose("float32", "auto", "smollm2", "cpu", 2, never_load)  # the row ranks every candidate
     assert (got.dtype, got.compile, got.choice["row"]) == ("float32", "default", "amx")
-    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ("avx512_bf16", "avx512f"))  # no AMX: no row
+    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ("avx512_bf16", "avx512f"))  # its own row
+    got = engine_choice.from_table("auto", "auto", "cpu", "smollm2", 2)
+    assert (got.dtype, got.compile, got.choice["row"]) == ("bfloat16", "max-autotune", "avx512_bf16")
+    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ("avx512f",))  # neither: no row, measured
     assert engine_choice.from_table("auto", "auto", "cpu", "smollm2", 2) is None
     assert engine_choice.from_table("auto", "auto", "cuda", "smollm2", 2) is None  # a GPU is measured, as before
     # profile's measurement, once cached, outranks the table
