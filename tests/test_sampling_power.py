@@ -20,14 +20,15 @@ token, over several rounds, through the ``lossless`` suite's level (c) (``test_t
 from __future__ import annotations
 
 import itertools
+import json
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from specharness import distributions, lossless, verify
-from specharness.model import TargetModel
+from specharness import distributions, verify
 
 ALPHA = 1e-3  # each test's level: a correct rule fails a seeded test with probability 0.001
 POWER = 0.9
@@ -171,12 +172,11 @@ def test_each_mutant_fails_at_the_designs_n(design, monkeypatch, mutant, m, samp
 
 
 # ---- through the engine: several rounds, a tiny model with an EOS, the lossless suite's level (c) -----
-PLUGIN = str(__import__("pathlib").Path(__file__).parent / "fixtures" / "lossless_plugins.py")
+PLUGIN = str(Path(__file__).parent / "fixtures" / "lossless_plugins.py")
 ENGINE_W = 0.06  # the engine-level tests' design effect; the mutants' own, through random drafts, are larger
 
 
 def _level_c(tmp_path, method: str, *extra: str) -> dict:
-    import json
     from specharness.cli import main
     out = tmp_path / "c.json"
     main(["lossless", "--method", method, "--plugin", PLUGIN, "--levels", "c", *extra, "--json", str(out), "--quiet"])

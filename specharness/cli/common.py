@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..session import EngineRequest
+from ..session import ENGINE_CHOICES, EngineRequest
 
 
 class Parser(argparse.ArgumentParser):
@@ -27,7 +27,7 @@ def model_args(p: argparse.ArgumentParser) -> None:
                    help="run the target compiled (torch.compile; inductor freezing on CPU) or eagerly ('none'); "
                         "auto = measured with --dtype auto; compilation happens in warm-up, never timed "
                         "(default: %(default)s)")
-    g.add_argument("--engine", default="auto", choices=("auto", "quick"),
+    g.add_argument("--engine", default="auto", choices=ENGINE_CHOICES,
                    help="quick = nothing compiled: the faster eager dtype, chosen in seconds, for iterating on a "
                         "drafter; its numbers are flagged as not comparable with compiled runs (default: %(default)s)")
     g.add_argument("--device", default="cpu", help="cpu | cuda (default: %(default)s)")

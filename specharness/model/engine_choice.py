@@ -4,8 +4,8 @@ known from a measurement, never assumed, and recorded in every result header.
 Candidates are float32 and bfloat16, each eager or compiled (inductor ``default``; bfloat16 also
 ``max-autotune``, whose GEMM templates are picked per shape by benchmarking). ``choose`` returns
 the cached choice for this model, machine and thread count (``profile``'s, or an earlier
-measurement), else the table's known-best row for this CPU's features, model and threads (AMX:
-seconds, not the ~17 minutes of compiling every candidate, and independent of load), else measures every
+measurement), else the table's known-best row for this CPU's features, model and threads (AMX,
+AVX512-BF16: seconds, not the ~17 minutes of compiling every candidate, and independent of load), else measures every
 candidate interleaved and caches the fastest unless the machine was loaded (``cache_root()/engine/``).
 ``quick`` (``--engine quick``) picks the faster eager dtype in seconds and compiles nothing.
 """
@@ -27,6 +27,7 @@ import torch
 from ..engine_options import COMPILE_CHOICES, DTYPE_CHOICES, PIN_ENV, EngineOptions
 from ..errors import UsageError, exception_line
 from ..paths import cache_root, model_slug, write_text_atomic
+from .loading import DEFAULT_MODEL
 
 CANDIDATES = (("float32", "none"), ("bfloat16", "none"), ("float32", "default"), ("bfloat16", "default"),
               ("bfloat16", "max-autotune"))
@@ -157,6 +158,14 @@ def step_ms(target, context: int = 256, width: int = 1, repeats: int = 15) -> fl
         return median_ms(call, repeats, warm=3, after=after, sync=target.device.type == "cuda")
 
 
+def check_request(dtype: str, compile_mode: str) -> None:
+    """One line for a --dtype or --compile the engine does not know."""
+    if dtype not in DTYPE_CHOICES:
+        raise UsageError(f"unknown --dtype '{dtype}'; choose one of {', '.join(DTYPE_CHOICES)}")
+    if compile_mode not in COMPILE_CHOICES:
+        raise UsageError(f"unknown --compile '{compile_mode}'; choose one of {', '.join(COMPILE_CHOICES)}")
+
+
 QUICK_DTYPES = ("float32", "bfloat16")
 NOT_COMPARABLE = "eager, nothing compiled: not comparable with compiled runs"
 
@@ -165,8 +174,7 @@ def quick(dtype: str, load, rounds: int = 5, context: int = 256, log=print) -> t
     """``--engine quick``: no compile, the faster eager dtype, by a few interleaved eager steps
     (seconds, not the minutes of compiling), for iterating on a drafter. Returns the configuration
     and its target, loaded once; an explicit ``dtype`` is taken as asked."""
-    if dtype not in DTYPE_CHOICES:
-        raise UsageError(f"unknown --dtype '{dtype}'; choose one of {', '.join(DTYPE_CHOICES)}")
+    check_request(dtype, "none")
     if dtype != "auto":
         return EngineConfig(dtype, "none", "quick", {"source": "quick", "why": f"--dtype {dtype} asked; "
                                                      + NOT_COMPARABLE}), load(dtype)
@@ -214,7 +222,7 @@ class KnownBest:
     flag: str
     ranking: tuple[tuple[str, str], ...]
     why: str
-    model: str = "smollm2"
+    model: str = DEFAULT_MODEL
     threads: int = 2
 
 
@@ -256,7 +264,7 @@ def from_table(dtype: str, compile_mode: str, device: str, model: str | None, th
         return None
     features = cpu_features()
     for known in KNOWN_BEST:
-        if known.flag not in features or (model or "smollm2") != known.model or threads != known.threads:
+        if known.flag not in features or (model or DEFAULT_MODEL) != known.model or threads != known.threads:
             continue
         if (dtype, compile_mode) != ("auto", "auto") and not set(CANDIDATES) <= set(known.ranking):
             return None  # only part of the candidates was measured there: the asked subset may lack its best
@@ -347,10 +355,7 @@ def choose(dtype: str, compile_mode: str, model: str, device: str, threads: int,
     ($SPECHARNESS_ENGINE) says, else the cached measurement (``profile``'s or an earlier one), else
     the table's row for this CPU, else measure now (cached unless flagged: a choice made on a
     loaded machine is redone by the next run)."""
-    if dtype not in DTYPE_CHOICES:
-        raise UsageError(f"unknown --dtype '{dtype}'; choose one of {', '.join(DTYPE_CHOICES)}")
-    if compile_mode not in COMPILE_CHOICES:
-        raise UsageError(f"unknown --compile '{compile_mode}'; choose one of {', '.join(COMPILE_CHOICES)}")
+    check_request(dtype, compile_mode)
     if dtype != "auto" and compile_mode != "auto":
         return EngineConfig(dtype, compile_mode, "asked")
     pinned = (options or EngineOptions.from_env()).pinned
