@@ -51,7 +51,7 @@ def test_compiled_logits_equal_eager_and_models_do_not_share_weights(pair):
             x = torch.tensor(ids[:width])
             torch.testing.assert_close(c.forward(x, cc, len(ids), head=True).logits,
                                        e.forward(x, ce, len(ids), head=True).logits, rtol=1e-4, atol=1e-4)
-    assert any(g[-1] == 8 for g in c1.backend.graphs) and any(g[-1] == "wide" for g in c1.backend.graphs)
+    assert any(g.width == 8 for g in c1.backend.graphs) and any(g.width == "wide" for g in c1.backend.graphs)
     # a prefill hands back the layer a drafter asks for, from the dynamic-width graph too (where dynamo
     # once turned the layer numbers symbolic and captured nothing); once compiled, that graph serves
     # every prefill, whatever it captures and however long (the first call here may recompile once:
@@ -96,7 +96,7 @@ def test_precompile_covers_every_bucket_up_to_the_widest_draft(pair):
     finally:
         c1.backend.on_new_graph = None
     assert len(announced) == compiled and set(announced) <= c1.backend.graphs
-    widths = {g[-1] for g in c1.backend.graphs if g[0] == 0 and g[2]}  # the full-depth graphs with the head
+    widths = {g.width for g in c1.backend.graphs if g.a == 0 and g.head}  # the full-depth graphs with the head
     assert {1, 8} <= widths
 
 

@@ -171,7 +171,8 @@ def test_sampling_lossless_multi_draft_and_draft_vocab(tiny, one_thread):
         marg[seq[3:]] += p
     rows = torch.tensor([0, 2, 3, 5, 7])
     adapter = ka.Adapter.for_target(tiny, seed=5).eval()
-    make = lambda: kg.KangarooDrafter(tiny, adapter, 2, 0.0, 2, rows)  # noqa: E731
+    drafter = kg.KangarooDrafter(tiny, adapter, 2, 0.0, 2, rows)  # state is per sequence (begin): one serves all
+    make = lambda: drafter  # noqa: E731
     seen, paths = _sample_many(tiny, make, prompt, 4, T, n)
     assert paths["all_accepted"] > 100 and paths["rejected"] > 100, paths
     observed = Counter()

@@ -21,12 +21,15 @@ accepted tokens with the verified features, which also yields the next round's f
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+from pathlib import Path
+
 import torch
 
 from specharness.api import DecodeState, Proposal, Verified
 from specharness.options import OptionSpec
-from specharness.model import TargetModel, attention_mask
-from specharness.tree import Tree
+from specharness.model import TargetModel
 
 from .checkpoint import load_head, resolve_head_path
 from .head import EagleHead
@@ -45,13 +48,18 @@ OPTIONS = [
 ]
 
 
+_UNNAMED = itertools.count()  # stacks of drafters built outside ``build`` (tests): never shared
+
+
 class EagleDrafter:
     exit_layer = 0  # drafts are verified from the embeddings, by the whole target
 
     def __init__(self, target: TargetModel, head: EagleHead, rows: torch.Tensor | None, mode: str, depth: int,
-                 top_k: int, total_tokens: int) -> None:
+                 top_k: int, total_tokens: int, stack: str = "") -> None:
         self.t, self.head, self.rows = target, head, rows
         self.subset = target.head_rows(rows) if rows is not None else None
+        # the head -> its norm -> the LM head rows as a stack of the target's, run through its backend
+        self.stack = head.add_to(target, stack or f"eagle-{next(_UNNAMED)}", self.subset)
         if mode == "chain":
             top_k, total_tokens = 1, depth
         self.depth, self.top_k, self.total = depth, top_k, max(1, min(total_tokens, top_k * depth))
@@ -61,23 +69,29 @@ class EagleDrafter:
         self.root_feat: torch.Tensor | None = None  # the head's predicted feature at the current position
 
     # ---- the head over committed tokens -------------------------------------------------------------
-    def _advance(self, tokens: list[int], feats: torch.Tensor, start: int) -> None:
-        """Run the head over (x_{t+1}, f_t) for t = start .. start + n - 1 (a chain), keep its cache,
-        and read off the next draft distribution."""
+    def _run(self, tokens: list[int], feats: torch.Tensor, start: int, head: bool = True, **layout):
+        """The head's stack over (x_{t+1}, f_t) rows written at cache slots from ``start``."""
         t = self.t
-        n = len(tokens)
+        x = torch.cat([t.embed(torch.tensor(tokens, device=t.device)), feats], dim=-1)
+        return t.forward(x, self.cache, start, stack=self.stack, head=head, **layout)
+
+    def _advance(self, tokens: list[int], feats: torch.Tensor, start: int, prompt: bool = False) -> None:
+        """Run the head over (x_{t+1}, f_t) for t = start .. start + n - 1 (a chain), keep its cache,
+        and read off the next draft distribution. A ``prompt``'s rows but the last run as one prefill
+        without the LM head (only their keys and values are kept)."""
         self.cache.crop(start)
-        self.cache.claim(0, 1, start, n)
-        positions = torch.arange(start, start + n, device=t.device)
-        mask = attention_mask(start, Tree.chain(n - 1), n, t.device)
-        out = self.head(t, t.embed(torch.tensor(tokens, device=t.device)), feats, positions, positions, mask, self.cache)
-        self.root_feat = out[-1]
-        self.root_logp = torch.log_softmax(t.head(out[-1:], self.subset).float(), dim=-1)[0]
+        n = len(tokens)
+        if prompt and n > 1:
+            self._run(tokens[:-1], feats[:-1], start, head=False, prefill=True)
+            tokens, feats, start = tokens[-1:], feats[-1:], start + n - 1
+        out = self._run(tokens, feats, start)
+        self.root_feat = self.head.feature(out.hidden[-1:])[0]
+        self.root_logp = torch.log_softmax(out.logits[-1].float(), dim=-1)
 
     def begin(self, state: DecodeState, prefill_hidden) -> None:
         self.cache = self.t.new_cache(state.cache.max_len + self.depth * self.top_k, n_layers=1)
         feats = self.t.norm(state.prompt_hidden)  # f_t, t = 0 .. P-1
-        self._advance(state.ids[1:state.prompt_len + 1], feats, 0)
+        self._advance(state.ids[1:state.prompt_len + 1], feats, 0, prompt=True)
 
     def commit(self, state: DecodeState, verified: Verified) -> None:
         p = verified.start
@@ -115,14 +129,12 @@ class EagleDrafter:
                 anc[row, slot - p + row] = True
                 cands[c][4] = slot + row
             mask = torch.cat([torch.ones(n, p, dtype=torch.bool, device=t.device), anc], dim=1)
-            self.cache.claim(0, 1, slot, n)
-            slots = torch.arange(slot, slot + n, device=t.device)
             positions = torch.tensor([p + cands[c][1] - 1 for c in frontier], device=t.device)
-            emb = t.embed(torch.tensor([cands[c][2] for c in frontier], device=t.device))
             feat_in = torch.stack([feats[cands[c][3]] for c in frontier])
-            out = self.head(t, emb, feat_in, positions, slots, mask, self.cache)
+            run = self._run([cands[c][2] for c in frontier], feat_in, slot, positions=positions, mask=mask)
+            out = self.head.feature(run.hidden)
             slot += n
-            child_logp = torch.log_softmax(t.head(out, self.subset).float(), dim=-1)
+            child_logp = torch.log_softmax(run.logits.float(), dim=-1)
             top, top_idx = child_logp.topk(k, dim=-1)
             new = []
             for row, c in enumerate(frontier):
@@ -147,5 +159,9 @@ class EagleDrafter:
 
 
 def build(target: TargetModel, options: dict) -> EagleDrafter:
-    head, rows = load_head(resolve_head_path(target, options["head"]), target, options["draft_vocab"])
-    return EagleDrafter(target, head, rows, options["mode"], options["depth"], options["top_k"], options["total_tokens"])
+    path = resolve_head_path(target, options["head"])
+    head, rows = load_head(path, target, options["draft_vocab"])
+    source = (str(path.resolve()), path.stat().st_mtime_ns) if isinstance(path, Path) else (options["head"],)
+    stack = "eagle-" + hashlib.sha1(repr((source, None if rows is None else rows.numel())).encode()).hexdigest()[:8]
+    return EagleDrafter(target, head, rows, options["mode"], options["depth"], options["top_k"], options["total_tokens"],
+                        stack)

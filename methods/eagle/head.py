@@ -56,14 +56,33 @@ class EagleHead(nn.Module):
     def n_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def layer_weights(self, detach: bool = False) -> LayerWeights:
+        """The draft layer's tensors (detached: for a frozen inference stack)."""
+        f = (lambda t: t.detach()) if detach else (lambda t: t)  # noqa: E731
+        return LayerWeights(f(self.ln1), AttentionWeights(f(self.wqkv), None, f(self.wo)), f(self.ln2),
+                            f(self.w_gate_up), f(self.w_down))
+
+    def add_to(self, target: TargetModel, name: str, head_rows: torch.Tensor | None) -> str:
+        """This head as a stack of the target's (``TargetModel.add_stack``): [embedding ; feature] ->
+        fc -> decoder layer -> out_norm -> the LM head's rows (``head_rows``, None = the whole head),
+        so a draft step runs through the target's backend, compiled with it."""
+        shape = HeadShape(self.shape["n_heads"], self.shape["n_kv"], self.shape["head_dim"])
+        return target.add_stack(name, [self.layer_weights(detach=True)], self.out_norm.detach(),
+                                target.head_weight if head_rows is None else head_rows,
+                                in_proj=(self.fc.weight.detach(), self.fc.bias.detach()), shape=shape)
+
+    def feature(self, h: torch.Tensor) -> torch.Tensor:
+        """The predicted feature from the stack's hidden output (its out_norm, as ``forward`` ends)."""
+        return rms_norm(h, self.out_norm, self.eps)
+
     def forward(self, target: TargetModel, emb: torch.Tensor, feat: torch.Tensor, positions: torch.Tensor,
                 slots: torch.Tensor, mask: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Predicted features [N, H] for N inputs (token embeddings and features [N, H]) at
         ``positions``, written to ``cache`` slots, attending where ``mask`` [N, slots] allows."""
-        layer = LayerWeights(self.ln1, AttentionWeights(self.wqkv, None, self.wo), self.ln2, self.w_gate_up, self.w_down)
+        layer = self.layer_weights()
         cos, sin = target.rope_at(positions)
         shape = HeadShape(self.shape["n_heads"], self.shape["n_kv"], self.shape["head_dim"])  # the head's own layout
         x = self.fc(torch.cat([emb, feat], dim=-1))
         h = target.run_with_fallback(lambda: decoder_layer(x, layer, shape, self.eps, cos, sin, cache.k[0], cache.v[0],
                                                            slots, mask, target.attention))  # SDPA if our kernel fails
-        return rms_norm(h, self.out_norm, self.eps)
+        return self.feature(h)

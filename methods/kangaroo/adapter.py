@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from specharness.model import AttentionWeights, TargetModel, rms_norm
+from specharness.model import AttentionWeights, LayerWeights, TargetModel, rms_norm
 
 
 class _Linear(nn.Module):
@@ -156,6 +156,16 @@ class Adapter(nn.Module):
             m = self.layers[0].mlp
             mlp = (torch.cat([m.gate_proj.weight, m.up_proj.weight]), m.down_proj.weight)
         return AdapterWeights(attn, mlp)
+
+    def layer_weights(self) -> LayerWeights:
+        """The block as one decoder layer of the target's layout, for ``TargetModel.add_stack`` (no
+        feed-forward block: empty tensors, and its forwards skip the MLP)."""
+        w, L0 = self.weights(), self.layers[0]
+        none = torch.empty(0, dtype=L0.input_layernorm.weight.dtype, device=L0.input_layernorm.weight.device)
+        gate_up, down = w.mlp if w.mlp is not None else (none, none)
+        ln2 = L0.post_attention_layernorm.weight if self.ffn else none
+        attn = AttentionWeights(w.attn.wqkv.detach(), None, w.attn.wo.detach())
+        return LayerWeights(L0.input_layernorm.weight.detach(), attn, ln2.detach(), gate_up.detach(), down.detach())
 
     def forward(self, target: TargetModel, x: torch.Tensor, cache, start: int,
                 w: AdapterWeights | None = None) -> torch.Tensor:

@@ -29,6 +29,8 @@ checkpoint -> adapter.
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 from pathlib import Path
 
 import torch
@@ -54,11 +56,14 @@ OPTIONS = [
 ]
 
 
+_UNNAMED = itertools.count()  # stacks of drafters built outside ``build`` (tests): never shared
+
+
 class KangarooDrafter:
     """The Drafter interface (see specharness.engine): built once per method, per-sequence state reset in ``begin``."""
 
     def __init__(self, target: TargetModel, adapter: Adapter, exit_layer: int, eta: float, gamma: int,
-                 rows: torch.Tensor | None = None) -> None:
+                 rows: torch.Tensor | None = None, stack: str = "") -> None:
         self.t = target
         self.adapter = adapter
         self.exit_layer = exit_layer
@@ -66,8 +71,15 @@ class KangarooDrafter:
         self.gamma = gamma
         self.max_width = gamma + 1  # the widest verification forward (compiled before timing)
         self.rows = rows  # draft head rows (token ids), None = full head
-        self.head_subset = target.head_rows(rows) if rows is not None and not adapter.own_head_rows else None
-        self.w = adapter.weights()
+        if adapter.own_head_rows:
+            head = adapter.lm_head.weight.detach()
+        else:
+            head = target.head_rows(rows) if rows is not None else target.head_weight
+        # adapter -> norm -> head rows run as a stack of the target's layout, through its backend (compiled
+        # with the target's dtype and mode, in warm-up): the draft step is not eager Python
+        self.stack = target.add_stack(stack or f"kangaroo-{next(_UNNAMED)}", [adapter.layer_weights()],
+                                      adapter.norm.weight.detach(), head)
+        self.skip = ((), ()) if adapter.ffn else ((), (0,))  # the published adapter has no feed-forward block
         self.cache = None
         self.pending: torch.Tensor | None = None  # layer-l states not yet in the adapter cache
         self.stats = {"rounds": 0, "drafted": 0, "adapter_rows": 0}
@@ -80,13 +92,12 @@ class KangarooDrafter:
     def begin(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
         self.cache = self.t.new_cache(state.cache.max_len, n_layers=1)
         self.pending = None
-        if prefill_hidden is not None and prefill_hidden.shape[0]:
-            self.adapter(self.t, prefill_hidden, self.cache, 0, self.w)  # the prompt's adapter KV
+        if prefill_hidden is not None and prefill_hidden.shape[0]:  # the prompt's adapter KV
+            self.t.forward(prefill_hidden, self.cache, 0, stack=self.stack, skip=self.skip, prefill=True)
 
     def _draft_logits(self, x: torch.Tensor, start: int) -> torch.Tensor:
         self.stats["adapter_rows"] += x.shape[0]
-        hn = self.adapter(self.t, x, self.cache, start, self.w)
-        return self.adapter.logits(self.t, hn[-1:], self.head_subset)[0].float()
+        return self.t.forward(x, self.cache, start, stack=self.stack, skip=self.skip, head=True).logits[-1].float()
 
     def keep_drafting(self, state: DecodeState, i: int, token: int, confidence: float) -> bool:
         """The first early exit: go on after draft ``i`` only while it was confident (> eta).
@@ -95,7 +106,7 @@ class KangarooDrafter:
 
     def propose(self, state: DecodeState) -> Proposal:
         t, l, pos = self.t, self.exit_layer, state.pos
-        h_cur = t.layers(t.embed(torch.tensor([state.ids[-1]], device=t.device)), pos, 0, l, state.cache)
+        h_cur = t.layers(torch.tensor([state.ids[-1]], device=t.device), pos, 0, l, state.cache)
         budget = min(self.gamma, state.max_draft)
         first = self.adapter_len
         x = h_cur if self.pending is None else torch.cat([self.pending, h_cur])
@@ -123,7 +134,7 @@ class KangarooDrafter:
                 conf = float(torch.softmax(logits, -1)[j])
             tok = int(self.rows[j]) if self.rows is not None else j
             tokens.append(tok)
-            h = t.layers(t.embed(torch.tensor([tok], device=t.device)), pos + 1 + i, 0, l, state.cache)
+            h = t.layers(torch.tensor([tok], device=t.device), pos + 1 + i, 0, l, state.cache)
             hs.append(h)
             if i + 1 == budget or not self.keep_drafting(state, i, tok, conf):
                 break
@@ -206,7 +217,10 @@ def build(target: TargetModel, options: dict, drafter_class: type = None) -> Kan
                          f"'{target.name}' ({target.n_layers} layers)")
     adapter, vocab, cfg = _resolve_adapter(target, opts)
     rows = _draft_rows(target, opts, vocab, cfg, adapter.own_head_rows)
-    return (drafter_class or KangarooDrafter)(target, adapter, l, opts["eta"], opts["gamma"], rows)
+    path = _adapter_dir(target, opts)
+    source = (str(path.resolve()), path.stat().st_mtime_ns) if path is not None else (opts["adapter"],)
+    stack = "kangaroo-" + hashlib.sha1(repr((source, l, None if rows is None else rows.numel())).encode()).hexdigest()[:8]
+    return (drafter_class or KangarooDrafter)(target, adapter, l, opts["eta"], opts["gamma"], rows, stack)
 
 
 def extra_params(target: TargetModel, options: dict) -> int:

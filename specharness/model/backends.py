@@ -46,6 +46,7 @@ class ForwardRequest:
     capture: tuple[int, ...] = ()  # layers whose output states to hand back
     skip: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
     prefill: bool = False  # a prompt: the dynamic-width graph when compiled
+    stack: str = ""  # which stack runs: "" = the target's, else a drafter's (``TargetModel.add_stack``)
 
 
 class GraphKey(NamedTuple):
@@ -58,9 +59,10 @@ class GraphKey(NamedTuple):
     ids: bool  # takes token ids (embeds them) rather than hidden states
     skip: Skip
     width: int | str  # positions (a bucket), or "wide" (one dynamic-width graph)
+    stack: str = ""  # "" = the target's layers, else the drafter stack of that name
 
     def describe(self) -> str:
-        return (f"layers {self.a}-{self.b}{' +head' if self.head else ''}"
+        return (f"{self.stack + ' ' if self.stack else ''}layers {self.a}-{self.b}{' +head' if self.head else ''}"
                 f"{' skipping' if self.skip != ((), ()) else ''}, width {self.width}")
 
 
@@ -72,19 +74,27 @@ class EagerBackend:
     amx_prefetch = False  # the AMX GEMM template's weight prefetch is in its graphs (accel.amx_prefetch)
     cpp_wrapper = False  # inductor's wrapper code (the calls between kernels) is C++, not Python
 
-    def __init__(self, stack: DecoderStack) -> None:
-        self.stack = stack
+    def __init__(self, stacks: dict[str, DecoderStack]) -> None:
+        self.stacks = dict(stacks)  # "" = the target's own; drafters' stacks run through the same backend
         self.graphs: set[GraphKey] = set()  # every graph compiled
         self.used: set[GraphKey] = set()  # the graphs called since the caller last cleared it (warm-up, per method)
         self.compile_s = 0.0
         self.compile_times: dict[GraphKey, float] = {}  # seconds each graph took to compile (progress estimates)
         self.on_new_graph: Callable[[GraphKey], None] | None = None  # told before each compile (a progress line)
 
+    @property
+    def stack(self) -> DecoderStack:
+        """The target's own stack."""
+        return self.stacks[""]
+
+    def add_stack(self, name: str, stack: DecoderStack) -> None:
+        self.stacks[name] = stack
+
     def width(self, T: int, prefill: bool = False) -> int:
         return T
 
     def __call__(self, r: ForwardRequest) -> tuple:
-        return self.stack(r.x, r.positions, r.slots, r.bias, r.k_caches, r.v_caches, r.a, r.b, r.head, r.capture, r.skip)
+        return self.stacks[r.stack](r.x, r.positions, r.slots, r.bias, r.k_caches, r.v_caches, r.a, r.b, r.head, r.capture, r.skip)
 
 
 def _forward_wide(stack: DecoderStack, *args):
@@ -104,9 +114,9 @@ class CompiledBackend(EagerBackend):
 
     compiled = True
 
-    def __init__(self, stack: DecoderStack, mode: str, device: torch.device, options: EngineOptions) -> None:
+    def __init__(self, stacks: dict[str, DecoderStack], mode: str, device: torch.device, options: EngineOptions) -> None:
         import torch._dynamo
-        super().__init__(stack)
+        super().__init__(stacks)
         self.mode = mode
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
         torch._dynamo.config.accumulated_cache_size_limit = max(torch._dynamo.config.accumulated_cache_size_limit, 1024)
@@ -126,8 +136,16 @@ class CompiledBackend(EagerBackend):
         if device.type == "cuda" and mode == "default":
             compile_mode = "reduce-overhead"  # CUDA graphs: the static widths replay without launch overhead
         self.static_top = 1  # widest static bucket; expect_widths raises it to what verification needs
-        self.narrow = torch.compile(stack, fullgraph=True, mode=compile_mode)
+        self.compile_mode = compile_mode
+        self.narrow = {name: self._compile(stack) for name, stack in self.stacks.items()}
         self.wide = torch.compile(_forward_wide, fullgraph=True, dynamic=True)
+
+    def _compile(self, stack: DecoderStack):
+        return torch.compile(stack, fullgraph=True, mode=self.compile_mode)
+
+    def add_stack(self, name: str, stack: DecoderStack) -> None:
+        super().add_stack(name, stack)
+        self.narrow[name] = self._compile(stack)
 
     def _static(self, T: int, prefill: bool) -> bool:
         # a one-position prefill takes the static graph: a dynamic dimension of size 1 would specialise
@@ -141,7 +159,7 @@ class CompiledBackend(EagerBackend):
         if r.bias.shape[1] > 1:
             torch._dynamo.mark_dynamic(r.bias, 1)  # the context grows every round
         static = self._static(T, r.prefill)
-        key = GraphKey(r.a, r.b, r.head, r.capture, r.x.dtype == torch.long, r.skip, T if static else "wide")
+        key = GraphKey(r.a, r.b, r.head, r.capture, r.x.dtype == torch.long, r.skip, T if static else "wide", r.stack)
         self.used.add(key)
         started = time.perf_counter() if key not in self.graphs else None
         if started is not None and self.on_new_graph is not None:
@@ -150,7 +168,7 @@ class CompiledBackend(EagerBackend):
         # ``i in (0, 1)`` is then False for every i (torch 2.13), so the wide graph captured nothing
         capture, skip = frozenset(r.capture), (frozenset(r.skip[0]), frozenset(r.skip[1]))
         args = (r.x, r.positions, r.slots, r.bias, r.k_caches, r.v_caches, r.a, r.b, r.head, capture, skip)
-        out = self.narrow(*args) if static else self.wide(self.stack, *args, True)
+        out = self.narrow[r.stack](*args) if static else self.wide(self.stacks[r.stack], *args, True)
         if started is not None:  # a new graph: this call compiled it
             self.graphs.add(key)
             self.compile_times[key] = time.perf_counter() - started

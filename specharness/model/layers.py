@@ -143,6 +143,18 @@ def attention_mask(start: int, tree: Tree, width: int, device) -> torch.Tensor:
     return m
 
 
+def pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
+    """A [T, start + T] bool mask widened to [width, start + width]: padding rows see only themselves."""
+    T, start = mask.shape[0], mask.shape[1] - mask.shape[0]
+    if width == T:
+        return mask
+    m = torch.zeros(width, start + width, dtype=torch.bool, device=mask.device)
+    m[:T, :start + T] = mask
+    idx = torch.arange(T, width, device=mask.device)
+    m[idx, start + idx] = True
+    return m
+
+
 @dataclass
 class AttentionWeights:
     """One attention block's tensors: fused q/k/v projection (and bias, Qwen2) and output."""

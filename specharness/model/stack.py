@@ -1,4 +1,8 @@
-"""The decoder's layers as one module over the target's own tensors, the unit a backend compiles."""
+"""The decoder's layers as one module over the target's own tensors, the unit a backend compiles.
+
+A drafter's head of the target's layout (Kangaroo's adapter block, EAGLE's draft layer) is a
+``DecoderStack`` too, over the drafter's own tensors: it runs through the same backend as the
+target (``TargetModel.add_stack``), so it is compiled with the target's dtype, mode and widths."""
 
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ class DecoderStack(nn.Module):
 
     def __init__(self, layers: list[LayerWeights], embed_weight: torch.Tensor, norm_weight: torch.Tensor,
                  head_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float, shape: HeadShape,
-                 attention: Attention) -> None:
+                 attention: Attention, in_proj: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> None:
         super().__init__()
         P = lambda x: nn.Parameter(x, requires_grad=False)  # noqa: E731  (shares the tensor's storage)
         self.wqkv = nn.ParameterList([P(w.attn.wqkv) for w in layers])
@@ -37,6 +41,19 @@ class DecoderStack(nn.Module):
         self.register_buffer("sin", sin, persistent=False)
         self.eps, self.shape = eps, shape
         self.attention = attention  # graphs specialise on its kernel path (a frozen dataclass of a str)
+        # a drafter head's input projection (EAGLE's [token embedding ; feature] -> hidden), applied to
+        # hidden-state inputs before the first layer
+        self.in_w = P(in_proj[0]) if in_proj is not None else None
+        self.in_b = P(in_proj[1]) if in_proj is not None and in_proj[1] is not None else None
+
+    @property
+    def input_size(self) -> int:
+        """Width of a hidden-state input row (the projection's input when the stack has one)."""
+        return self.in_w.shape[1] if self.in_w is not None else self.norm_weight.shape[0]
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.wqkv)
 
     def layer(self, i: int) -> LayerWeights:
         """Layer ``i``'s tensors, read from this module's parameters (so compiled graphs freeze them)."""
@@ -49,7 +66,10 @@ class DecoderStack(nn.Module):
         """Layers [a, b) on token ids or hidden states; (hidden, logits or None, captured states).
         ``wide``: the dynamic-width graph, which keeps SDPA (a width test on our kernel's limits there
         would guard it on one side, and a prefill on the other would recompile it while timing)."""
-        h = F.embedding(x, self.embed_weight) if x.dtype == torch.long else x
+        if x.dtype == torch.long:
+            h = F.embedding(x, self.embed_weight)
+        else:
+            h = x if self.in_w is None else F.linear(x, self.in_w, self.in_b)
         cos, sin = self.cos[positions], self.sin[positions]
         captured = []
         skip_attn, skip_mlp = skip

@@ -33,7 +33,7 @@ from .accel import narrow_attention
 from .backends import COMPILE_MODES, WIDTH_BUCKETS, CompiledBackend, EagerBackend, ForwardRequest, GraphKey, bucket
 from .cache import KVCache
 from .layers import (Attention, AttentionWeights, HeadShape, LayerWeights, attention_bias, attention_mask, mlp,
-                     rms_norm, self_attention)
+                     pad_mask, rms_norm, self_attention)
 from .loading import SUPPORTED_FAMILIES
 from .stack import DecoderStack, Skip
 
@@ -115,9 +115,9 @@ class TargetModel:
         self.shape = HeadShape(self.n_heads, self.n_kv_heads, self.head_dim)
         # the attention kernels, chosen once: every forward of this model (and its drafters' heads) uses them
         self.attention = Attention.choose(self.kv_dtype, self.device, self.head_dim, self.options.narrow_attention)
-        self.backend: EagerBackend = EagerBackend(DecoderStack(
+        self.backend: EagerBackend = EagerBackend({"": DecoderStack(
             self.layers_w, self.embed_weight, self.norm_weight, self.head_weight, self._cos, self._sin, self.eps,
-            self.shape, self.attention))
+            self.shape, self.attention)})
         # the engine configuration in force (dtype, mode, how it was chosen): set by whoever compiles
         # the target (``session.Session``), recorded in result headers
         self.engine: dict = {"dtype": str(self.dtype).removeprefix("torch."), "compile": "none", "chosen": "asked"}
@@ -126,8 +126,8 @@ class TargetModel:
         """Run the forward compiled (``default`` or ``max-autotune`` inductor modes) or eagerly (``none``)."""
         if mode not in COMPILE_MODES:
             raise UsageError(f"unknown compile mode '{mode}'; choose one of {', '.join(COMPILE_MODES)}")
-        stack = self.backend.stack
-        self.backend = EagerBackend(stack) if mode == "none" else CompiledBackend(stack, mode, self.device, self.options)
+        stacks = self.backend.stacks
+        self.backend = EagerBackend(stacks) if mode == "none" else CompiledBackend(stacks, mode, self.device, self.options)
         self.engine = {**self.engine, "compile": mode}
         self.memo.pop("session-cache", None)
 
@@ -183,7 +183,9 @@ class TargetModel:
 
     def _use_attention(self, attention: Attention) -> None:
         # the stack's graphs guard on its attention's kernel path: changing it recompiles them
-        self.attention = self.backend.stack.attention = attention
+        self.attention = attention
+        for stack in self.backend.stacks.values():
+            stack.attention = attention
 
     @property
     def kv_dtype(self) -> torch.dtype:
@@ -238,7 +240,8 @@ class TargetModel:
 
     def forward(self, x: torch.Tensor, cache: KVCache, start: int, a: int = 0, b: int | None = None,
                 tree: Tree | None = None, head: bool = False, capture: tuple[int, ...] = (),
-                skip: "Skip" = ((), ()), prefill: bool = False) -> Forward:
+                skip: "Skip" = ((), ()), prefill: bool = False, stack: str = "",
+                positions: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> Forward:
         """Layers [a, b) over T positions: token ids (a = 0) or the hidden states entering layer a.
 
         Node i of ``tree`` (default: a chain) is at position ``start + depth(i)`` and writes cache
@@ -249,8 +252,12 @@ class TargetModel:
         ``prefill`` (a prompt, any length) runs a compiled target's dynamic-width graph, unpadded; one
         of more than one position computes every layer's states whatever ``capture`` asks, so all
         callers' prefills of one layer range share that graph.
+
+        ``stack`` names a drafter's stack (``add_stack``) to run instead of the target's layers, through
+        the same backend. ``positions`` [T] and ``mask`` [T, start + T] (bool: may attend) replace the
+        tree's when a drafter head lays its nodes out itself (EAGLE's frontier at scratch slots).
         """
-        b = self.n_layers if b is None else b
+        b = self.backend.stacks[stack].n_layers if b is None else b
         T = x.shape[0]
         if any(not a <= layer < b for layer in capture):
             raise ValueError(f"capture layers {sorted(capture)} outside the forward's layers [{a}, {b})")
@@ -261,8 +268,9 @@ class TargetModel:
             raise UsageError(f"sequence longer than the model's sliding window ({self.sliding_window}); "
                              "lower --max-new-tokens or use shorter prompts")
         width = self.backend.width(T, prefill)
-        depths = torch.tensor(tree.depths, device=self.device) if not tree.is_chain else torch.arange(T, device=self.device)
-        positions = start + depths
+        if positions is None:
+            depths = torch.arange(T, device=self.device) if tree.is_chain else torch.tensor(tree.depths, device=self.device)
+            positions = start + depths
         if width > T:  # padding rows: the last node repeated, writing slots past the tree, seeing only themselves
             x = torch.cat([x, x[-1:].expand(width - T, *x.shape[1:])])
             positions = torch.cat([positions, positions[-1:].expand(width - T)])
@@ -270,23 +278,46 @@ class TargetModel:
         slots = torch.arange(start, start + width, device=self.device)
         # made here, outside any compiled graph: inside one, inductor recomputes it from the bool mask in
         # every layer's softmax loop, which is what the float bias avoids
-        bias = attention_bias(attention_mask(start, tree, width, self.device), self.kv_dtype)
+        mask = attention_mask(start, tree, width, self.device) if mask is None else pad_mask(mask, width)
+        bias = attention_bias(mask, self.kv_dtype)
         # a wide prefill hands back every layer's states, whichever a caller keeps: one compiled graph
         # then serves every method's prefill (each graph costs ~20 s of warm-up even from the disk cache)
         run_capture = tuple(range(a, b)) if prefill and T > 1 else tuple(capture)
         request = ForwardRequest(x, positions, slots, bias, cache.k[a:b], cache.v[a:b], a, b, head, run_capture,
-                                 (tuple(skip[0]), tuple(skip[1])), prefill)
+                                 (tuple(skip[0]), tuple(skip[1])), prefill, stack)
         h, logits, captured = self.run_with_fallback(lambda: self.backend(request))
         got = dict(zip(sorted(run_capture), captured))  # the stack hands them back in layer order
         return Forward(h[:T], logits[:T] if logits is not None else None,
                        {layer: got[layer][:T] for layer in capture} if capture else None)
+
+    def add_stack(self, name: str, layers: list[LayerWeights], norm_weight: torch.Tensor, head_weight: torch.Tensor,
+                  in_proj: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+                  shape: HeadShape | None = None) -> str:
+        """Run a drafter head of the target's layout (its decoder layers, final norm and LM head rows,
+        optionally an input projection) through the target's own backend: ``forward(..., stack=name)``.
+        It then runs exactly as the target does (the target's layer code, attention kernels, rotary
+        embedding, dtype, compile mode, width buckets and C++ wrapper), its graphs are compiled in
+        warm-up with the target's and counted with them, and the weights are frozen into them. A name
+        says which weights it holds: one already added is kept, with its compiled graphs, and the
+        tensors passed again are not read. Returns ``name``."""
+        if name in self.backend.stacks:
+            return name
+        if not name:
+            raise ValueError("a drafter stack needs a name ('' is the target's own)")
+        if shape is not None and shape != self.shape:
+            raise ValueError(f"a drafter stack's head layout {shape} differs from the target's {self.shape}: the "
+                             "target's cache and kernels assume its own")
+        stack = DecoderStack(layers, self.embed_weight, norm_weight, head_weight, self._cos, self._sin, self.eps,
+                             self.shape, self.attention, in_proj)
+        self.backend.add_stack(name, stack)
+        return name
 
     @contextmanager
     def eager(self):
         """Run forwards op by op inside the block: a search that tries many layer subsets must not
         compile a graph per try."""
         backend = self.backend
-        self.backend = EagerBackend(backend.stack)
+        self.backend = EagerBackend(backend.stacks)
         try:
             yield self
         finally:
@@ -309,25 +340,26 @@ class TargetModel:
             return 0
         self.expect_widths(max_width)
         seen: dict[tuple, int] = {}
-        for a, b, head, capture, ids, skip, width in list(self.backend.graphs if graphs is None else graphs):
+        for a, b, head, capture, ids, skip, width, stack in list(self.backend.graphs if graphs is None else graphs):
             if width != "wide":
-                sig = (a, b, head, capture, ids, skip)
-                verifies = head and skip == ((), ()) and verify_layer in (None, a)
+                sig = (a, b, head, capture, ids, skip, stack)
+                verifies = head and skip == ((), ()) and verify_layer in (None, a) and not stack
                 seen[sig] = max(seen.get(sig, 1), max_width if verifies else width)
         before = len(self.backend.graphs)
         with torch.inference_mode():  # the engine's tensors are inference tensors, and graphs guard on that
             cache = self.new_cache(256)
-            for (a, b, head, capture, ids, skip), top in seen.items():
+            for (a, b, head, capture, ids, skip, stack), top in seen.items():
+                size = self.backend.stacks[stack].input_size
                 for w in WIDTH_BUCKETS:
                     if w > bucket(top):
                         break
                     x = (torch.zeros(w, dtype=torch.long, device=self.device) if ids else
-                         torch.zeros(w, self.hidden_size, dtype=self.dtype, device=self.device))
+                         torch.zeros(w, size, dtype=self.dtype, device=self.device))
                     cache.crop(0)
                     if a:
                         cache.lengths[:a] = [32] * a
                     cache.lengths[a:b] = [32] * (b - a)
-                    self.forward(x, cache, 32, a, b, head=head, capture=capture, skip=skip)
+                    self.forward(x, cache, 32, a, b, head=head, capture=capture, skip=skip, stack=stack)
         return len(self.backend.graphs) - before
 
     def layers(self, h: torch.Tensor, start: int, a: int, b: int, cache: KVCache) -> torch.Tensor:

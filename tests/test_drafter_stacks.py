@@ -1,0 +1,115 @@
+"""Drafter heads of the target's layout run through the target's own backend (``TargetModel.add_stack``):
+Kangaroo's adapter block and EAGLE's draft layer compute what their own (training) code computes,
+their graphs are compiled in warm-up with the target's, nothing compiles while timing, and the
+output stays the target's own greedy output."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from methods.eagle.head import EagleHead
+from methods.kangaroo.adapter import Adapter
+from specharness.model import HeadShape, TargetModel
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return TargetModel.tiny("llama", vocab_size=40, n_layers=3, hidden_size=32, seed=3)
+
+
+def _noisy(module: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """Every parameter moved off its initial value, so a weight read from the wrong place shows."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    return module.eval()
+
+
+@pytest.mark.parametrize("variant", ["published", "ffn", "own-head", "draft-vocab"])
+def test_the_kangaroo_stack_computes_what_the_adapter_computes(tiny, variant):
+    rows = torch.tensor([0, 3, 5, 8, 13, 21])
+    adapter = _noisy(Adapter.from_target_layer(tiny, 1, ffn=variant == "ffn",
+                                               head_rows=rows if variant == "own-head" else None), 1)
+    subset = tiny.head_rows(rows) if variant == "draft-vocab" else None
+    head = adapter.lm_head.weight.detach() if adapter.own_head_rows else (subset if subset is not None else tiny.head_weight)
+    name = tiny.add_stack(f"test-kangaroo-{variant}", [adapter.layer_weights()], adapter.norm.weight.detach(), head)
+    skip = ((), ()) if adapter.ffn else ((), (0,))
+    x = torch.randn(9, tiny.hidden_size, generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        ref_cache, cache = tiny.new_cache(16, n_layers=1), tiny.new_cache(16, n_layers=1)
+        adapter(tiny, x[:6], ref_cache, 0)  # a prompt, then a round of three positions
+        want = adapter.logits(tiny, adapter(tiny, x[6:], ref_cache, 6), subset)
+        tiny.forward(x[:6], cache, 0, stack=name, skip=skip, prefill=True)
+        got = tiny.forward(x[6:], cache, 6, stack=name, skip=skip, head=True).logits
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(cache.k[0][:, :9], ref_cache.k[0][:, :9])
+
+
+@pytest.mark.parametrize("vocab", ["full", "draft-vocab"])
+def test_the_eagle_stack_computes_what_the_head_computes_at_tree_nodes(tiny, vocab):
+    """A frontier of tree nodes at their own positions, attending to the prefix and their ancestors at
+    scratch slots: the layout EAGLE-2's drafting gives the stack through ``positions`` and ``mask``."""
+    head = _noisy(EagleHead.for_target(tiny), 4)
+    subset = tiny.head_rows(torch.tensor([1, 2, 3, 5, 7, 11])) if vocab == "draft-vocab" else None
+    name = head.add_to(tiny, f"test-eagle-{vocab}", subset)
+    g = torch.Generator().manual_seed(5)
+    emb, feat = torch.randn(8, tiny.hidden_size, generator=g), torch.randn(8, tiny.hidden_size, generator=g)
+    positions = torch.tensor([5, 6, 6])  # two nodes below slot 5's, at depth 2
+    mask = torch.ones(3, 8, dtype=torch.bool)
+    mask[:, 5:] = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)
+    with torch.inference_mode():
+        ref_cache, cache = tiny.new_cache(16, n_layers=1), tiny.new_cache(16, n_layers=1)
+        pre = torch.arange(5)
+        ref_cache.claim(0, 1, 0, 5)
+        head(tiny, emb[:5], feat[:5], pre, pre, torch.ones(5, 5, dtype=torch.bool).tril(), ref_cache)
+        ref_cache.claim(0, 1, 5, 3)
+        want = head(tiny, emb[5:], feat[5:], positions, torch.arange(5, 8), mask, ref_cache)
+        want_logits = tiny.head(want, subset)
+        tiny.forward(torch.cat([emb[:5], feat[:5]], -1), cache, 0, stack=name, prefill=True)
+        got = tiny.forward(torch.cat([emb[5:], feat[5:]], -1), cache, 5, stack=name, head=True, positions=positions,
+                           mask=mask)
+    torch.testing.assert_close(head.feature(got.hidden), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.logits, want_logits, rtol=1e-5, atol=1e-5)
+
+
+def test_a_stack_name_keeps_its_first_weights_and_a_foreign_layout_is_refused(tiny):
+    adapter = _noisy(Adapter.for_target(tiny, seed=1), 2)
+    layer = adapter.layer_weights()
+    name = tiny.add_stack("test-kept", [layer], adapter.norm.weight.detach(), tiny.head_weight)
+    first = tiny.backend.stacks[name]
+    assert tiny.add_stack(name, [layer], torch.zeros_like(adapter.norm.weight), tiny.head_weight) == name
+    assert tiny.backend.stacks[name] is first  # its compiled graphs stay valid
+    with pytest.raises(ValueError, match="head layout"):
+        tiny.add_stack("test-foreign", [layer], adapter.norm.weight.detach(), tiny.head_weight,
+                       shape=HeadShape(tiny.n_heads * 2, tiny.n_kv_heads, tiny.head_dim // 2))
+
+
+def test_drafter_graphs_compile_in_warm_up_never_while_timing_and_keep_the_greedy_output():
+    """Kangaroo (its shallow layers, then the adapter stack) and EAGLE-2 (its head stack, at tree
+    frontiers) on a compiled float32 target: warm-up compiles the drafter stacks' graphs, the timed
+    run compiles nothing (no new graph, no dynamo recompile), and both give vanilla's tokens."""
+    from specharness.plugins import build_registry
+    from specharness.runner import Settings, build_method, run_question, warm_up
+    from specharness.tasks.specbench import Question
+    t = TargetModel.tiny("llama", vocab_size=48, n_layers=2, hidden_size=32, seed=6)
+    t.chat_ids = lambda messages: [3 + ord(c) % 40 for m in messages for c in m["content"]]
+    t.decode = lambda ids: "".join(chr(97 + i % 26) for i in ids)
+    t.compile("default")
+    registry = build_registry()
+    methods = [build_method(registry, "vanilla", [], t, 0.0),
+               build_method(registry, "kangaroo", ["adapter=random", "exit_layer=1", "eta=0", "gamma=3"], t, 0.0),
+               build_method(registry, "eagle", ["head=untrained", "draft_vocab=0", "depth=3"], t, 0.0)]
+    settings = Settings(12, warmup=1)
+    warm_up(t, methods, [Question("w", "qa", "qa", ["warm up on this"])], settings)
+    stacks = {g.stack.split("-")[0] for g in t.backend.graphs if g.stack}
+    assert stacks == {"kangaroo", "eagle"}, sorted(g.describe() for g in t.backend.graphs)
+    announced: list = []
+    t.backend.on_new_graph = announced.append
+    question = Question("q", "qa", "qa", ["a longer prompt than the warm-up's, to decode from"])
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        outs = {m.name: run_question(t, m, question, settings).generations[0] for m in methods}
+    assert not announced, f"compiled while timing: {[k.describe() for k in announced]}"
+    assert outs["kangaroo"].token_ids == outs["vanilla"].token_ids == outs["eagle"].token_ids
+    assert sum(r.drafted for r in outs["kangaroo"].rounds) > 0 and sum(r.drafted for r in outs["eagle"].rounds) > 0
