@@ -28,6 +28,7 @@ import torch
 from specharness.api import DecodeState, Proposal
 from specharness.errors import UsageError
 from specharness.hookspecs import DrafterSpec, OptionSpec, hookimpl
+from specharness.model import argmax
 
 OPTIONS = [
     OptionSpec("exit_layer", "int", 2, "draft from target layers [0, exit_layer) (1 .. layers-1)", min=1),
@@ -72,7 +73,7 @@ class EarlyExitDrafter:
                 tok = int(torch.multinomial(probs, 1, generator=state.generator))
                 qs.append(probs)
             else:
-                tok = int(logits.argmax())
+                tok = int(argmax(logits))
             tokens.append(tok)
             h = t.layers(t.embed(torch.tensor([tok], device=t.device)), pos + len(tokens), 0, l, state.cache)
             hidden.append(h)

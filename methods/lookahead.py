@@ -26,6 +26,7 @@ import random
 from specharness.api import DecodeState, Proposal, Verified
 from specharness.hookspecs import DrafterSpec, hookimpl
 from specharness.options import OptionSpec
+from specharness.model import argmax
 from specharness.tree import Trie
 
 OPTIONS = [
@@ -71,7 +72,7 @@ class Lookahead:
     def commit(self, state: DecodeState, verified: Verified) -> None:
         if self.top is None:
             return
-        new = verified.tree_logits[self.top].argmax(-1).tolist()
+        new = argmax(verified.tree_logits[self.top]).tolist()
         if len(self.levels) < self.N - 1:
             self.levels.append(new)
             return

@@ -34,7 +34,7 @@ from specharness.errors import UsageError
 from specharness.hookspecs import DrafterSpec, hookimpl
 from specharness.options import OptionSpec
 from specharness.paths import cache_root, model_slug, write_text_atomic
-from specharness.model import Skip, TargetModel
+from specharness.model import Skip, TargetModel, argmax
 
 OPTIONS = [
     OptionSpec("skip", "str", "search", "'search' = the cached Bayesian-optimisation search's mask, or a list "
@@ -79,7 +79,7 @@ def matchness(target: TargetModel, sequences: list[tuple[torch.Tensor, torch.Ten
     with target.eager():
         for ids, mask in sequences:
             cache = target.new_cache(len(ids))
-            pred = target.forward(ids.to(target.device), cache, 0, head=True, skip=skip).logits.argmax(-1).cpu()
+            pred = argmax(target.forward(ids.to(target.device), cache, 0, head=True, skip=skip).logits).cpu()
             sel = mask[:-1]
             hits += int((pred[:-1][sel] == ids[1:][sel]).sum())
             total += int(sel.sum())
@@ -200,7 +200,7 @@ class SelfSpeculative:
                 qs.append(q)
                 conf = float(q.max())
             else:
-                tok = int(logits.argmax())
+                tok = int(argmax(logits))
                 conf = float(torch.softmax(logits, -1)[tok])
             tokens.append(tok)
             if conf <= self.eta:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from .hookspecs import VerifierSpec, hookimpl
+from .model.layers import argmax
 from .tree import Tree
 
 
@@ -43,7 +44,7 @@ def target_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 def greedy(logits: torch.Tensor, drafts: list[int], q: torch.Tensor | None, temperature: float,
            generator: torch.Generator | None, parents: list[int] | None = None) -> Acceptance:
     """The longest root-to-node path whose drafts equal the target's argmax."""
-    best = logits.argmax(dim=-1).tolist()  # the round's one host sync
+    best = argmax(logits).tolist()  # the round's one host sync
     tree = Tree.from_drafts(parents, len(drafts))
     node, path = 0, []
     while True:

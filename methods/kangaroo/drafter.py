@@ -38,7 +38,7 @@ import torch
 from specharness.api import DecodeState, Proposal
 from specharness.errors import UsageError
 from specharness.options import OptionSpec, resolve_options
-from specharness.model import TargetModel
+from specharness.model import TargetModel, argmax
 from specharness.training import checkpoint_summary
 
 from .adapter import Adapter
@@ -130,7 +130,7 @@ class KangarooDrafter:
                     full[self.rows] = q
                 qs.append(full)
             else:
-                j = int(logits.argmax())
+                j = int(argmax(logits))
                 conf = float(torch.softmax(logits, -1)[j])
             tok = int(self.rows[j]) if self.rows is not None else j
             tokens.append(tok)

@@ -34,6 +34,7 @@ import torch
 
 from specharness.api import DecodeState, Proposal
 from specharness.errors import UsageError
+from specharness.model import argmax
 from specharness.options import OptionSpec
 
 from .checkpoint import CHECKPOINT_NAMES, _find_checkpoint, default_heads_dir, load_heads
@@ -103,7 +104,7 @@ class MedusaDrafter:
                 q = torch.softmax(logits.float() / state.temperature, dim=-1)
                 tokens = torch.multinomial(q, 1, generator=state.generator)[:, 0].tolist()
             else:
-                q, tokens = None, logits.argmax(dim=-1).tolist()
+                q, tokens = None, argmax(logits).tolist()
             eos = self.target.eos_ids
             for i, tok in enumerate(tokens):
                 if tok in eos:  # nothing after an end of sequence can be kept

@@ -32,7 +32,7 @@ from . import loading
 from .accel import narrow_attention
 from .backends import COMPILE_MODES, WIDTH_BUCKETS, CompiledBackend, EagerBackend, ForwardRequest, GraphKey, bucket
 from .cache import KVCache
-from .layers import (Attention, AttentionWeights, HeadShape, LayerWeights, attention_bias, attention_mask, mlp,
+from .layers import (Attention, AttentionWeights, HeadShape, LayerWeights, argmax, attention_bias, attention_mask, mlp,
                      pad_mask, rms_norm, self_attention)
 from .loading import SUPPORTED_FAMILIES
 from .stack import DecoderStack, Skip
@@ -400,7 +400,7 @@ class TargetModel:
         logits = self.forward(torch.as_tensor(prompt, device=self.device), cache, 0, head=True, prefill=True).logits
         out: list[int] = []
         while True:
-            out.append(int(logits[-1].argmax()))
+            out.append(int(argmax(logits[-1])))
             if out[-1] in self.eos_ids or len(out) == max_new_tokens:
                 return out
             x = torch.tensor(out[-1:], device=self.device)
