@@ -41,10 +41,10 @@ def test_compiled_logits_equal_eager_and_models_do_not_share_weights(pair):
     (e1, e2), (c1, c2) = pair
     ids = [i % 45 + 3 for i in range(70)]  # longer than the widest bucket: the dynamic-width graph
     for c in (c1, c2):
-        c.expect_widths(8)  # verification up to 8 positions: static buckets 1 and 8; the prompt: dynamic
+        c.expect_widths(8)  # verification up to 8 positions: static buckets 1, 2, 4 and 8; the prompt: dynamic
     for e, c in ((e1, c1), (e2, c2), (e1, c1)):  # the second model would reuse the first's graph if keyed badly
         torch.testing.assert_close(c.logits(ids), e.logits(ids), rtol=1e-4, atol=1e-4)
-        for width in (1, 3, 8):  # padded to the buckets 1, 8, 8
+        for width in (1, 3, 8):  # padded to the buckets 1, 4, 8
             ce, cc = e.new_cache(160), c.new_cache(160)
             e.forward(torch.tensor(ids), ce, 0)
             c.forward(torch.tensor(ids), cc, 0)
@@ -173,7 +173,7 @@ def test_graphs_compiled_before_timing_are_the_ones_the_engine_reuses():
 
 def test_warm_up_compiles_static_graphs_only_for_verification_widths():
     """A graph no round uses still costs a compile per run: a vanilla run gets width 1 and the
-    dynamic-width graph only; a method verifying up to 8 positions adds bucket 8, never 16-64, and
+    dynamic-width graph only; a method verifying up to 8 positions adds buckets 2, 4 and 8, never 16-64, and
     only for its own layer ranges."""
     from specharness.plugins import build_registry
     from specharness.runner import Settings, build_method, warm_up
@@ -187,7 +187,7 @@ def test_warm_up_compiles_static_graphs_only_for_verification_widths():
     pld = build_method(registry, "pld", ["k=3", "branches=2"], t, 0.0)
     assert pld.max_width == 7
     warm_up(t, [pld], [question], Settings(4, warmup=1))
-    assert {g.width for g in t.backend.graphs} == {1, 8, "wide"}
+    assert {g.width for g in t.backend.graphs} == {1, 2, 4, 8, "wide"}
     # each method's graphs up to its own widest verification: early exit verifies 4 positions through
     # layers 1-2, vanilla runs layers 0-2 one position at a time, and gets no width-8 graph of them
     u = _text_target(5)
@@ -196,7 +196,7 @@ def test_warm_up_compiles_static_graphs_only_for_verification_widths():
                build_method(registry, "early_exit", ["exit_layer=1", "gamma=3"], u, 0.0)]
     warm_up(u, methods, [question], Settings(4, warmup=1))
     widths = lambda a, b: {g.width for g in u.backend.graphs if (g.a, g.b, g.head) == (a, b, True)}  # noqa: E731
-    assert widths(0, 2) == {1, "wide"} and widths(1, 2) == {1, 8}
+    assert widths(0, 2) == {1, "wide"} and widths(1, 2) == {1, 2, 4}
     # both methods prefill through the one full-depth dynamic-width graph (early exit's layer-1 states
     # come back captured): each graph is ~20 s of a second run's warm-up
     assert sum(g.width == "wide" for g in u.backend.graphs) == 1

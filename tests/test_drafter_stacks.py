@@ -53,7 +53,7 @@ def test_the_eagle_stack_computes_what_the_head_computes_at_tree_nodes(tiny, voc
     scratch slots: the layout EAGLE-2's drafting gives the stack through ``positions`` and ``mask``."""
     head = _noisy(EagleHead.for_target(tiny), 4)
     subset = tiny.head_rows(torch.tensor([1, 2, 3, 5, 7, 11])) if vocab == "draft-vocab" else None
-    name = head.add_to(tiny, f"test-eagle-{vocab}", subset)
+    name = head.add_to(tiny, f"test-eagle-{vocab}", subset, 3)
     g = torch.Generator().manual_seed(5)
     emb, feat = torch.randn(8, tiny.hidden_size, generator=g), torch.randn(8, tiny.hidden_size, generator=g)
     positions = torch.tensor([5, 6, 6])  # two nodes below slot 5's, at depth 2
@@ -100,11 +100,15 @@ def test_drafter_graphs_compile_in_warm_up_never_while_timing_and_keep_the_greed
     registry = build_registry()
     methods = [build_method(registry, "vanilla", [], t, 0.0),
                build_method(registry, "kangaroo", ["adapter=random", "exit_layer=1", "eta=0", "gamma=3"], t, 0.0),
-               build_method(registry, "eagle", ["head=untrained", "draft_vocab=0", "depth=3"], t, 0.0)]
+               build_method(registry, "eagle", ["head=untrained", "draft_vocab=0", "depth=3", "total_tokens=3"], t, 0.0)]
     settings = Settings(12, warmup=1)
     warm_up(t, methods, [Question("w", "qa", "qa", ["warm up on this"])], settings)
     stacks = {g.stack.split("-")[0] for g in t.backend.graphs if g.stack}
     assert stacks == {"kangaroo", "eagle"}, sorted(g.describe() for g in t.backend.graphs)
+    # every bucket up to each stack's declared widest call (EAGLE: max(top_k, depth + 1) = 4), whether or
+    # not the warm-up prompt reached it; Kangaroo's adapter takes at most 2 rows
+    assert {g.width for g in t.backend.graphs if g.stack.startswith("eagle")} == {1, 2, 4, "wide"}
+    assert {g.width for g in t.backend.graphs if g.stack.startswith("kangaroo")} == {1, 2, "wide"}
     announced: list = []
     t.backend.on_new_graph = announced.append
     question = Question("q", "qa", "qa", ["a longer prompt than the warm-up's, to decode from"])

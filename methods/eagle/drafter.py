@@ -58,12 +58,13 @@ class EagleDrafter:
                  top_k: int, total_tokens: int, stack: str = "") -> None:
         self.t, self.head, self.rows = target, head, rows
         self.subset = target.head_rows(rows) if rows is not None else None
-        # the head -> its norm -> the LM head rows as a stack of the target's, run through its backend
-        self.stack = head.add_to(target, stack or f"eagle-{next(_UNNAMED)}", self.subset)
         if mode == "chain":
             top_k, total_tokens = 1, depth
         self.depth, self.top_k, self.total = depth, top_k, max(1, min(total_tokens, top_k * depth))
         self.max_width = self.total + 1
+        # the head -> its norm -> the LM head rows as a stack of the target's, run through its backend; its
+        # widest call: a frontier of top_k nodes, or a commit of depth accepted drafts + the target's token
+        self.stack = head.add_to(target, stack or f"eagle-{next(_UNNAMED)}", self.subset, max(top_k, depth + 1))
         self.cache = None
         self.root_logp: torch.Tensor | None = None  # draft log-probs of the token after the current one
         self.root_feat: torch.Tensor | None = None  # the head's predicted feature at the current position

@@ -62,14 +62,15 @@ class EagleHead(nn.Module):
         return LayerWeights(f(self.ln1), AttentionWeights(f(self.wqkv), None, f(self.wo)), f(self.ln2),
                             f(self.w_gate_up), f(self.w_down))
 
-    def add_to(self, target: TargetModel, name: str, head_rows: torch.Tensor | None) -> str:
+    def add_to(self, target: TargetModel, name: str, head_rows: torch.Tensor | None, max_width: int) -> str:
         """This head as a stack of the target's (``TargetModel.add_stack``): [embedding ; feature] ->
         fc -> decoder layer -> out_norm -> the LM head's rows (``head_rows``, None = the whole head),
         so a draft step runs through the target's backend, compiled with it."""
         shape = HeadShape(self.shape["n_heads"], self.shape["n_kv"], self.shape["head_dim"])
         return target.add_stack(name, [self.layer_weights(detach=True)], self.out_norm.detach(),
                                 target.head_weight if head_rows is None else head_rows,
-                                in_proj=(self.fc.weight.detach(), self.fc.bias.detach()), shape=shape)
+                                in_proj=(self.fc.weight.detach(), self.fc.bias.detach()), shape=shape,
+                                max_width=max_width)
 
     def feature(self, h: torch.Tensor) -> torch.Tensor:
         """The predicted feature from the stack's hidden output (its out_norm, as ``forward`` ends)."""

@@ -78,7 +78,8 @@ class KangarooDrafter:
         # adapter -> norm -> head rows run as a stack of the target's layout, through its backend (compiled
         # with the target's dtype and mode, in warm-up): the draft step is not eager Python
         self.stack = target.add_stack(stack or f"kangaroo-{next(_UNNAMED)}", [adapter.layer_weights()],
-                                      adapter.norm.weight.detach(), head)
+                                      adapter.norm.weight.detach(), head,
+                                      max_width=2)  # a round's adapter rows: the last accepted draft + the current
         self.skip = ((), ()) if adapter.ffn else ((), (0,))  # the published adapter has no feed-forward block
         self.cache = None
         self.pending: torch.Tensor | None = None  # layer-l states not yet in the adapter cache

@@ -292,14 +292,16 @@ class TargetModel:
 
     def add_stack(self, name: str, layers: list[LayerWeights], norm_weight: torch.Tensor, head_weight: torch.Tensor,
                   in_proj: tuple[torch.Tensor, torch.Tensor | None] | None = None,
-                  shape: HeadShape | None = None) -> str:
+                  shape: HeadShape | None = None, max_width: int = 1) -> str:
         """Run a drafter head of the target's layout (its decoder layers, final norm and LM head rows,
         optionally an input projection) through the target's own backend: ``forward(..., stack=name)``.
         It then runs exactly as the target does (the target's layer code, attention kernels, rotary
         embedding, dtype, compile mode, width buckets and C++ wrapper), its graphs are compiled in
         warm-up with the target's and counted with them, and the weights are frozen into them. A name
         says which weights it holds: one already added is kept, with its compiled graphs, and the
-        tensors passed again are not read. Returns ``name``."""
+        tensors passed again are not read. ``max_width``: the most positions one of its forwards holds;
+        warm-up compiles its width buckets up to that, whatever the warm-up prompt happened to need
+        (EAGLE's warm-up may never accept enough drafts to run its head over 5 rows). Returns ``name``."""
         if name in self.backend.stacks:
             return name
         if not name:
@@ -309,6 +311,7 @@ class TargetModel:
                              "target's cache and kernels assume its own")
         stack = DecoderStack(layers, self.embed_weight, norm_weight, head_weight, self._cos, self._sin, self.eps,
                              self.shape, self.attention, in_proj)
+        stack.max_width = max_width
         self.backend.add_stack(name, stack)
         return name
 
@@ -344,7 +347,8 @@ class TargetModel:
             if width != "wide":
                 sig = (a, b, head, capture, ids, skip, stack)
                 verifies = head and skip == ((), ()) and verify_layer in (None, a) and not stack
-                seen[sig] = max(seen.get(sig, 1), max_width if verifies else width)
+                declared = self.backend.stacks[stack].max_width if stack else 1  # a drafter stack's widest call
+                seen[sig] = max(seen.get(sig, 1), max_width if verifies else width, min(declared, WIDTH_BUCKETS[-1]))
         before = len(self.backend.graphs)
         with torch.inference_mode():  # the engine's tensors are inference tensors, and graphs guard on that
             cache = self.new_cache(256)
