@@ -13,6 +13,7 @@ they want directly (``EngineOptions(narrow_attention="off")``) instead of settin
 | SPECHARNESS_AMX_PREFETCH | ``amx_prefetch`` | 1 (default), 0 |
 | SPECHARNESS_CPP_WRAPPER | ``cpp_wrapper`` | 1 (default), 0 |
 | SPECHARNESS_CACHE_PREPACKED | ``cache_prepacked`` | 1 (default), 0 |
+| SPECHARNESS_NARROWEST | ``narrowest`` | auto (default: as measured for this CPU, dtype and mode), 1, 2 |
 
 Inductor's own ``TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED`` and
 ``TORCHINDUCTOR_MAX_AUTOTUNE_REPORT_CHOICES_STATS``, when the user sets them, keep max-autotune's
@@ -30,12 +31,14 @@ from .errors import UsageError
 DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
 COMPILE_CHOICES = ("auto", "none", "default", "max-autotune")
 NARROW_CHOICES = ("on", "off", "avx512")
+NARROWEST_CHOICES = ("auto", "1", "2")
 
 PIN_ENV = "SPECHARNESS_ENGINE"
 NARROW_ENV = "SPECHARNESS_NARROW_ATTENTION"
 PREFETCH_ENV = "SPECHARNESS_AMX_PREFETCH"
 CPP_WRAPPER_ENV = "SPECHARNESS_CPP_WRAPPER"
 PREPACKED_ENV = "SPECHARNESS_CACHE_PREPACKED"
+NARROWEST_ENV = "SPECHARNESS_NARROWEST"
 INDUCTOR_TABLES_ENV = ("TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED", "TORCHINDUCTOR_MAX_AUTOTUNE_REPORT_CHOICES_STATS")
 
 
@@ -49,10 +52,15 @@ class EngineOptions:
     cpp_wrapper: bool = True  # compiled graphs' wrapper code in C++
     cache_prepacked: bool = True  # frozen graphs cached by weight digest (a second process reads them)
     quiet_autotune: bool = True  # silence max-autotune's per-GEMM tables
+    # the narrowest compiled width: "2" pads one-position forwards (vanilla's steps) to the width-2 graph,
+    # "auto" does where it was measured faster (``backends.narrowest_width``)
+    narrowest: str = "auto"
 
     def __post_init__(self) -> None:
         if self.narrow_attention not in NARROW_CHOICES:
             raise UsageError(f"narrow_attention '{self.narrow_attention}': choose one of {', '.join(NARROW_CHOICES)}")
+        if self.narrowest not in NARROWEST_CHOICES:
+            raise UsageError(f"narrowest '{self.narrowest}': choose one of {', '.join(NARROWEST_CHOICES)}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "EngineOptions":
@@ -64,7 +72,7 @@ class EngineOptions:
             raise UsageError(f"${NARROW_ENV}={env[NARROW_ENV]!r}: write 1, 0 or avx512")
         return cls(pinned=parse_pin(env.get(PIN_ENV)), narrow_attention=narrow,
                    amx_prefetch=_flag(env, PREFETCH_ENV), cpp_wrapper=_flag(env, CPP_WRAPPER_ENV),
-                   cache_prepacked=_flag(env, PREPACKED_ENV),
+                   cache_prepacked=_flag(env, PREPACKED_ENV), narrowest=_narrowest(env),
                    quiet_autotune=not any(name in env for name in INDUCTOR_TABLES_ENV))
 
     def record(self) -> dict:
@@ -86,6 +94,13 @@ def parse_pin(value: str | None) -> tuple[str, str] | None:
         raise UsageError(f"${PIN_ENV}={value!r}: DTYPE one of {', '.join(DTYPE_CHOICES[1:])}, MODE one of "
                          f"{', '.join(COMPILE_CHOICES[1:])}")
     return dtype, mode
+
+
+def _narrowest(env: Mapping[str, str]) -> str:
+    value = env.get(NARROWEST_ENV, "auto")
+    if value not in NARROWEST_CHOICES:
+        raise UsageError(f"${NARROWEST_ENV}={value!r}: write auto, 1 or 2")
+    return value
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

@@ -29,6 +29,29 @@ COMPILE_MODES = ("none", "default", "max-autotune")
 WIDTH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 
 
+# Where the width-1 graph is the slower one, one-position forwards run the width-2 graph (a padding
+# row, unseen by the real one): (CPU flag present, flag absent, dtype, mode, evidence). What was
+# measured, never assumed; elsewhere width 1 stays.
+PAD_SINGLE = (
+    ("avx512_bf16", "amx_tile", torch.bfloat16, "max-autotune",
+     "2-core AMD EPYC, SmolLM2-135M, 2 threads: the full model's width-1 graph 13.5 ms, its width-2 graph 10.9 ms, "
+     "interleaved (results/smollm2-cpu-epyc-drafter-stacks)"),
+)
+
+
+def narrowest_width(option: str, dtype: torch.dtype, mode: str, device: torch.device) -> tuple[int, str]:
+    """The narrowest compiled width and why: ``option`` "1" or "2" as asked, "auto" as ``PAD_SINGLE`` says."""
+    if option != "auto":
+        return int(option), "asked"
+    if device.type == "cpu":
+        from .engine_choice import cpu_features
+        features = cpu_features()
+        for has, lacks, d, m, why in PAD_SINGLE:
+            if has in features and lacks not in features and dtype == d and mode == m:
+                return 2, why
+    return 1, "width 1 measured fastest, or not measured here"
+
+
 def bucket(T: int) -> int:
     """The narrowest width bucket that holds T positions (T itself past the widest)."""
     return next((w for w in WIDTH_BUCKETS if w >= T), T)
@@ -76,6 +99,7 @@ class EagerBackend:
     compiled = False
     mode = "none"
     amx_prefetch = False  # the AMX GEMM template's weight prefetch is in its graphs (accel.amx_prefetch)
+    narrowest, narrowest_why = 1, "eager: nothing is padded"  # the narrowest width a forward runs at
     cpp_wrapper = False  # inductor's wrapper code (the calls between kernels) is C++, not Python
 
     def __init__(self, stacks: dict[str, DecoderStack]) -> None:
@@ -139,7 +163,9 @@ class CompiledBackend(EagerBackend):
         compile_mode = None if mode == "default" else ("max-autotune-no-cudagraphs" if device.type == "cpu" else mode)
         if device.type == "cuda" and mode == "default":
             compile_mode = "reduce-overhead"  # CUDA graphs: the static widths replay without launch overhead
-        self.static_top = 1  # widest static bucket; expect_widths raises it to what verification needs
+        self.narrowest, self.narrowest_why = narrowest_width(options.narrowest, stacks[""].embed_weight.dtype, mode,
+                                                             device)
+        self.static_top = self.narrowest  # widest static bucket; expect_widths raises it to what verification needs
         self.compile_mode = compile_mode
         self.narrow = {name: self._compile(stack) for name, stack in self.stacks.items()}
         self.wide = torch.compile(_forward_wide, fullgraph=True, dynamic=True)
@@ -153,10 +179,11 @@ class CompiledBackend(EagerBackend):
 
     def _static(self, T: int, prefill: bool) -> bool:
         # a one-position prefill takes the static graph: a dynamic dimension of size 1 would specialise
-        return T <= self.static_top and not (prefill and T > 1)
+        # (T is the padded width when the call comes from a padded forward)
+        return T <= self.static_top and not (prefill and T > self.narrowest)
 
     def width(self, T: int, prefill: bool = False) -> int:
-        return bucket(T) if self._static(T, prefill) else T
+        return max(bucket(T), self.narrowest) if self._static(T, prefill) else T
 
     def __call__(self, r: ForwardRequest) -> tuple:
         T = r.x.shape[0]

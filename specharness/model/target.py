@@ -154,7 +154,8 @@ class TargetModel:
         (``narrow_attention``: its path, "amx" or "avx512-bf16", "sdpa (fallback: <why>)" once it
         failed at run time, or False)."""
         return {"amx_prefetch": self.backend.amx_prefetch, "cpp_wrapper": self.backend.cpp_wrapper,
-                "narrow_attention": self.attention.describe()}
+                "narrow_attention": self.attention.describe(), "narrowest_width": self.backend.narrowest,
+                "narrowest_why": self.backend.narrowest_why}
 
     def run_with_fallback(self, run: Callable[[], R]) -> R:
         """``run()`` (a forward that reads ``self.attention`` when called), rerun once on SDPA if it
@@ -355,8 +356,10 @@ class TargetModel:
             for (a, b, head, capture, ids, skip, stack), top in seen.items():
                 size = self.backend.stacks[stack].input_size
                 for w in WIDTH_BUCKETS:
-                    if w > bucket(top):
+                    if w > max(bucket(top), self.backend.narrowest):
                         break
+                    if w < self.backend.narrowest:  # padded past: never run
+                        continue
                     x = (torch.zeros(w, dtype=torch.long, device=self.device) if ids else
                          torch.zeros(w, size, dtype=self.dtype, device=self.device))
                     cache.crop(0)
