@@ -99,14 +99,17 @@ def test_drafter_graphs_compile_in_warm_up_never_while_timing_and_keep_the_greed
     t.compile("default")
     registry = build_registry()
     methods = [build_method(registry, "vanilla", [], t, 0.0),
-               build_method(registry, "kangaroo", ["adapter=random", "exit_layer=1", "eta=0", "gamma=3"], t, 0.0),
-               build_method(registry, "eagle", ["head=untrained", "draft_vocab=0", "depth=3", "total_tokens=3"], t, 0.0)]
+               build_method(registry, "kangaroo", ["adapter=random", "exit_layer=1", "eta=0", "gamma=1"], t, 0.0),
+               # a frontier of one node at depth 2 (the stack at its own positions and mask), one draft kept:
+               # verification at widths 1-2 only, so the test compiles few graphs
+               build_method(registry, "eagle", ["head=untrained", "draft_vocab=0", "depth=2", "top_k=1",
+                                                "total_tokens=1"], t, 0.0)]
     settings = Settings(12, warmup=1)
     warm_up(t, methods, [Question("w", "qa", "qa", ["warm up on this"])], settings)
     stacks = {g.stack.split("-")[0] for g in t.backend.graphs if g.stack}
     assert stacks == {"kangaroo", "eagle"}, sorted(g.describe() for g in t.backend.graphs)
-    # every bucket up to each stack's declared widest call (EAGLE: max(top_k, depth + 1) = 4), whether or
-    # not the warm-up prompt reached it; Kangaroo's adapter takes at most 2 rows
+    # every bucket up to each stack's declared widest call (EAGLE: max(top_k, depth + 1) = 3, bucket 4),
+    # whether or not the warm-up prompt reached it; Kangaroo's adapter takes at most 2 rows
     assert {g.width for g in t.backend.graphs if g.stack.startswith("eagle")} == {1, 2, 4, "wide"}
     assert {g.width for g in t.backend.graphs if g.stack.startswith("kangaroo")} == {1, 2, "wide"}
     announced: list = []

@@ -342,13 +342,15 @@ class TargetModel:
         Returns the number of graphs compiled."""
         if not self.backend.compiled:
             return 0
-        self.expect_widths(max_width)
+        todo = list(self.backend.graphs if graphs is None else graphs)
+        # a drafter stack's declared widest call gets static graphs too, even past the verification's
+        self.expect_widths(max([max_width] + [getattr(self.backend.stacks[k.stack], "max_width", 1) for k in todo]))
         seen: dict[tuple, int] = {}
-        for a, b, head, capture, ids, skip, width, stack in list(self.backend.graphs if graphs is None else graphs):
+        for a, b, head, capture, ids, skip, width, stack in todo:
             if width != "wide":
                 sig = (a, b, head, capture, ids, skip, stack)
                 verifies = head and skip == ((), ()) and verify_layer in (None, a) and not stack
-                declared = self.backend.stacks[stack].max_width if stack else 1  # a drafter stack's widest call
+                declared = getattr(self.backend.stacks[stack], "max_width", 1)  # a drafter stack's widest call
                 seen[sig] = max(seen.get(sig, 1), max_width if verifies else width, min(declared, WIDTH_BUCKETS[-1]))
         before = len(self.backend.graphs)
         with torch.inference_mode():  # the engine's tensors are inference tensors, and graphs guard on that
