@@ -21,15 +21,11 @@ accepted tokens with the verified features, which also yields the next round's f
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-from pathlib import Path
-
 import torch
 
 from specharness.api import DecodeState, Proposal, Verified
 from specharness.options import OptionSpec
-from specharness.model import TargetModel
+from specharness.model import TargetModel, stack_name
 
 from .checkpoint import load_head, resolve_head_path
 from .head import EagleHead
@@ -48,9 +44,6 @@ OPTIONS = [
 ]
 
 
-_UNNAMED = itertools.count()  # stacks of drafters built outside ``build`` (tests): never shared
-
-
 class EagleDrafter:
     exit_layer = 0  # drafts are verified from the embeddings, by the whole target
 
@@ -64,7 +57,7 @@ class EagleDrafter:
         self.max_width = self.total + 1
         # the head -> its norm -> the LM head rows as a stack of the target's, run through its backend; its
         # widest call: a frontier of top_k nodes, or a commit of depth accepted drafts + the target's token
-        self.stack = head.add_to(target, stack or f"eagle-{next(_UNNAMED)}", self.subset, max(top_k, depth + 1))
+        self.stack = head.add_to(target, stack or stack_name("eagle", None), self.subset, max(top_k, depth + 1))
         self.cache = None
         self.root_logp: torch.Tensor | None = None  # draft log-probs of the token after the current one
         self.root_feat: torch.Tensor | None = None  # the head's predicted feature at the current position
@@ -162,7 +155,6 @@ class EagleDrafter:
 def build(target: TargetModel, options: dict) -> EagleDrafter:
     path = resolve_head_path(target, options["head"])
     head, rows = load_head(path, target, options["draft_vocab"])
-    source = (str(path.resolve()), path.stat().st_mtime_ns) if isinstance(path, Path) else (options["head"],)
-    stack = "eagle-" + hashlib.sha1(repr((source, None if rows is None else rows.numel())).encode()).hexdigest()[:8]
+    stack = stack_name("eagle", path, None if rows is None else rows.numel())
     return EagleDrafter(target, head, rows, options["mode"], options["depth"], options["top_k"], options["total_tokens"],
                         stack)

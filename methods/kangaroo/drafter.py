@@ -29,8 +29,6 @@ checkpoint -> adapter.
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 from pathlib import Path
 
 import torch
@@ -38,7 +36,7 @@ import torch
 from specharness.api import DecodeState, Proposal
 from specharness.errors import UsageError
 from specharness.options import OptionSpec, resolve_options
-from specharness.model import TargetModel, argmax
+from specharness.model import TargetModel, argmax, stack_name
 from specharness.training import checkpoint_summary
 
 from .adapter import Adapter
@@ -54,9 +52,6 @@ OPTIONS = [
     OptionSpec("draft_vocab", "int", -1, "draft head rows: 0 = full LM head, N = the N most frequent tokens "
                "of the adapter's training data, -1 = what the adapter was trained with", min=-1),
 ]
-
-
-_UNNAMED = itertools.count()  # stacks of drafters built outside ``build`` (tests): never shared
 
 
 class KangarooDrafter:
@@ -77,7 +72,7 @@ class KangarooDrafter:
             head = target.head_rows(rows) if rows is not None else target.head_weight
         # adapter -> norm -> head rows run as a stack of the target's layout, through its backend (compiled
         # with the target's dtype and mode, in warm-up): the draft step is not eager Python
-        self.stack = target.add_stack(stack or f"kangaroo-{next(_UNNAMED)}", [adapter.layer_weights()],
+        self.stack = target.add_stack(stack or stack_name("kangaroo", None), [adapter.layer_weights()],
                                       adapter.norm.weight.detach(), head,
                                       max_width=2)  # a round's adapter rows: the last accepted draft + the current
         self.skip = ((), ()) if adapter.ffn else ((), (0,))  # the published adapter has no feed-forward block
@@ -218,9 +213,8 @@ def build(target: TargetModel, options: dict, drafter_class: type = None) -> Kan
                          f"'{target.name}' ({target.n_layers} layers)")
     adapter, vocab, cfg = _resolve_adapter(target, opts)
     rows = _draft_rows(target, opts, vocab, cfg, adapter.own_head_rows)
-    path = _adapter_dir(target, opts)
-    source = (str(path.resolve()), path.stat().st_mtime_ns) if path is not None else (opts["adapter"],)
-    stack = "kangaroo-" + hashlib.sha1(repr((source, l, None if rows is None else rows.numel())).encode()).hexdigest()[:8]
+    stack = stack_name("kangaroo", _adapter_dir(target, opts) or opts["adapter"], l,
+                       None if rows is None else rows.numel())
     return (drafter_class or KangarooDrafter)(target, adapter, l, opts["eta"], opts["gamma"], rows, stack)
 
 

@@ -6,10 +6,10 @@ from .cache import KVCache
 from .layers import (Attention, AttentionWeights, HeadShape, LayerWeights, argmax, attention_bias, attention_mask,
                      decoder_layer, mlp, rms_norm, rotary, self_attention)
 from .loading import DEFAULT_MODEL, DEFAULT_MODEL_NAME, DTYPES, SUPPORTED_FAMILIES
-from .stack import DecoderStack, Skip
+from .stack import DecoderStack, Skip, stack_name
 from .target import Forward, TargetModel
 
 __all__ = ["COMPILE_MODES", "WIDTH_BUCKETS", "ForwardRequest", "GraphKey", "bucket", "KVCache", "Attention",
            "AttentionWeights", "HeadShape", "LayerWeights", "argmax", "attention_bias", "attention_mask", "decoder_layer", "mlp",
            "rms_norm", "rotary", "self_attention", "DEFAULT_MODEL", "DEFAULT_MODEL_NAME", "DTYPES",
-           "SUPPORTED_FAMILIES", "DecoderStack", "Skip", "Forward", "TargetModel"]
+           "SUPPORTED_FAMILIES", "DecoderStack", "Skip", "stack_name", "Forward", "TargetModel"]

@@ -6,13 +6,18 @@ target (``TargetModel.add_stack``), so it is compiled with the target's dtype, m
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 from collections.abc import Collection
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .layers import Attention, AttentionWeights, HeadShape, LayerWeights, decoder_layer, rms_norm
+
+_UNNAMED = itertools.count()
 
 Skip = tuple[Collection[int], Collection[int]]  # (layers whose attention, layers whose MLP a forward leaves out)
 
@@ -24,7 +29,8 @@ class DecoderStack(nn.Module):
 
     def __init__(self, layers: list[LayerWeights], embed_weight: torch.Tensor, norm_weight: torch.Tensor,
                  head_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float, shape: HeadShape,
-                 attention: Attention, in_proj: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> None:
+                 attention: Attention, in_proj: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+                 max_width: int = 1) -> None:
         super().__init__()
         P = lambda x: nn.Parameter(x, requires_grad=False)  # noqa: E731  (shares the tensor's storage)
         self.wqkv = nn.ParameterList([P(w.attn.wqkv) for w in layers])
@@ -45,6 +51,7 @@ class DecoderStack(nn.Module):
         # hidden-state inputs before the first layer
         self.in_w = P(in_proj[0]) if in_proj is not None else None
         self.in_b = P(in_proj[1]) if in_proj is not None and in_proj[1] is not None else None
+        self.max_width = max_width  # a drafter stack's widest call (warm-up compiles its buckets up to it)
 
     @property
     def input_size(self) -> int:
@@ -80,3 +87,15 @@ class DecoderStack(nn.Module):
                 captured.append(h)
         logits = F.linear(rms_norm(h, self.norm_weight, self.eps), self.head_weight) if head else None
         return h, logits, tuple(captured)
+
+
+def stack_name(method: str, source: Path | str | None, *parts) -> str:
+    """A drafter stack's name for ``TargetModel.add_stack``, which keeps one stack per name: the same
+    checkpoint (``source``: its directory, by path and modification time, or a reference such as
+    'random:3') and ``parts`` (what else changes the weights, e.g. the draft vocabulary's size) give
+    the same name, in any process (compile-progress estimates match graphs by name). ``source``
+    None: a name no other drafter shares (drafters built directly, in tests)."""
+    if source is None:
+        return f"{method}-unnamed{next(_UNNAMED)}"
+    ref = (str(source.resolve()), source.stat().st_mtime_ns) if isinstance(source, Path) else (source,)
+    return f"{method}-" + hashlib.sha1(repr((ref, *parts)).encode()).hexdigest()[:8]

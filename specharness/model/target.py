@@ -311,8 +311,7 @@ class TargetModel:
             raise ValueError(f"a drafter stack's head layout {shape} differs from the target's {self.shape}: the "
                              "target's cache and kernels assume its own")
         stack = DecoderStack(layers, self.embed_weight, norm_weight, head_weight, self._cos, self._sin, self.eps,
-                             self.shape, self.attention, in_proj)
-        stack.max_width = max_width
+                             self.shape, self.attention, in_proj, max_width)
         self.backend.add_stack(name, stack)
         return name
 
@@ -344,14 +343,14 @@ class TargetModel:
             return 0
         todo = list(self.backend.graphs if graphs is None else graphs)
         # a drafter stack's declared widest call gets static graphs too, even past the verification's
-        self.expect_widths(max([max_width] + [getattr(self.backend.stacks[k.stack], "max_width", 1) for k in todo]))
+        self.expect_widths(max([max_width] + [self.backend.stacks[k.stack].max_width for k in todo]))
         seen: dict[tuple, int] = {}
         for a, b, head, capture, ids, skip, width, stack in todo:
             if width != "wide":
                 sig = (a, b, head, capture, ids, skip, stack)
                 verifies = head and skip == ((), ()) and verify_layer in (None, a) and not stack
-                declared = getattr(self.backend.stacks[stack], "max_width", 1)  # a drafter stack's widest call
-                seen[sig] = max(seen.get(sig, 1), max_width if verifies else width, min(declared, WIDTH_BUCKETS[-1]))
+                declared = min(self.backend.stacks[stack].max_width, WIDTH_BUCKETS[-1])  # a drafter stack's widest call
+                seen[sig] = max(seen.get(sig, 1), max_width if verifies else width, declared)
         before = len(self.backend.graphs)
         with torch.inference_mode():  # the engine's tensors are inference tensors, and graphs guard on that
             cache = self.new_cache(256)
