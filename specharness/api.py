@@ -68,8 +68,14 @@ class DecodeState:
     max_new_tokens: int
     temperature: float
     generator: torch.Generator
-    last_hidden: torch.Tensor | None = None  # normed final hidden state that chose ids[-1]
+    final_hidden: torch.Tensor | None = None  # final hidden state (before the norm) that chose ids[-1]
     prompt_hidden: torch.Tensor | None = None  # the prompt's final hidden states (before the norm), for begin
+
+    @property
+    def last_hidden(self) -> torch.Tensor | None:
+        """The normed final hidden state that chose ids[-1] (Medusa's heads read it), normed when asked:
+        an eager norm every round cost 0.2 ms of a vanilla round's bookkeeping."""
+        return None if self.final_hidden is None else self.target.norm(self.final_hidden)
 
     @property
     def pos(self) -> int:

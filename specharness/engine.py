@@ -57,7 +57,7 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
     timer.mark()  # verified
     acc = accept(out.logits[-1:], [], None, temperature, gen)
     state.ids.append(acc.next_token)
-    state.last_hidden = target.norm(out.hidden[-1])
+    state.final_hidden = out.hidden[-1]
     state.prompt_hidden = out.hidden
     drafter.begin(state, h_exit)
     state.prompt_hidden = None
@@ -103,7 +103,7 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
         nodes = [0, *path]
         cache.compact(pos, nodes)
         cache.crop(pos + len(nodes))
-        state.last_hidden = target.norm(out.hidden[nodes[-1]])
+        state.final_hidden = out.hidden[nodes[-1]]
         drafter.commit(state, Verified(pos, len(path), path, out.hidden[nodes], out.logits[nodes],
                                        {layer: h[nodes] for layer, h in (out.captured or {}).items()},
                                        [current, *drafts], out.logits))

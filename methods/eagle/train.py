@@ -32,7 +32,7 @@ from specharness import selfdistill as sd
 from specharness import training
 from specharness.options import OptionSpec
 from specharness.paths import cache_root, model_slug
-from specharness.model import TargetModel, attention_mask
+from specharness.model import KVCache, TargetModel, attention_mask
 from specharness.tree import Tree
 
 from .checkpoint import save_head
@@ -91,9 +91,7 @@ class Conversations:
 def run_head(head: EagleHead, target: TargetModel, tokens: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
     """The head over a whole conversation, causally: position t reads (x_{t+1}, f_t)."""
     n = feats.shape[0]
-    cache = target.new_cache(n, n_layers=1)
-    cache.k = [cache.k[0].float()]
-    cache.v = [cache.v[0].float()]
+    cache = KVCache(1, target.n_kv_heads, target.head_dim, n, torch.float32, target.device)  # trains in float32
     cache.claim(0, 1, 0, n)
     pos = torch.arange(n)
     return head(target, F.embedding(tokens, target.embed_weight).float(), feats, pos, pos,

@@ -65,8 +65,8 @@ class ForwardRequest:
     positions: torch.Tensor  # [T] rotary positions
     slots: torch.Tensor  # [T] cache slots written
     bias: torch.Tensor  # [T, slots] additive attention bias in the cache's dtype
-    k_caches: list[torch.Tensor]  # layers [a, b)'s keys
-    v_caches: list[torch.Tensor]
+    keys: torch.Tensor  # the whole cache's keys [layers, kv heads, slots, d] (``KVCache.keys``): one input, one size
+    values: torch.Tensor
     a: int
     b: int
     head: bool  # end with the final norm and the LM head
@@ -122,7 +122,7 @@ class EagerBackend:
         return T
 
     def __call__(self, r: ForwardRequest) -> tuple:
-        return self.stacks[r.stack](r.x, r.positions, r.slots, r.bias, r.k_caches, r.v_caches, r.a, r.b, r.head, r.capture, r.skip)
+        return self.stacks[r.stack](r.x, r.positions, r.slots, r.bias, r.keys, r.values, r.a, r.b, r.head, r.capture, r.skip)
 
 
 def _forward_wide(stack: DecoderStack, *args):
@@ -198,7 +198,7 @@ class CompiledBackend(EagerBackend):
         # layer sets as frozensets: under dynamic=True dynamo makes the ints of a tuple symbolic, and
         # ``i in (0, 1)`` is then False for every i (torch 2.13), so the wide graph captured nothing
         capture, skip = frozenset(r.capture), (frozenset(r.skip[0]), frozenset(r.skip[1]))
-        args = (r.x, r.positions, r.slots, r.bias, r.k_caches, r.v_caches, r.a, r.b, r.head, capture, skip)
+        args = (r.x, r.positions, r.slots, r.bias, r.keys, r.values, r.a, r.b, r.head, capture, skip)
         out = self.narrow[r.stack](*args) if static else self.wide(self.stacks[r.stack], *args, True)
         if started is not None:  # a new graph: this call compiled it
             self.graphs.add(key)

@@ -6,7 +6,14 @@ import torch
 
 
 class KVCache:
-    """Preallocated keys and values, one tensor pair per layer, addressed by slot.
+    """Preallocated keys and values, addressed by slot: one tensor each for all layers
+    (``keys``/``values`` [layers, kv heads, slots, head dim]), with per-layer views ``k[i]``/``v[i]``.
+
+    One tensor, not one per layer, because a compiled graph takes every input's dynamic length as
+    an argument of its own: 60 per-layer buffers cost the 30-layer target 61 symbolic sizes, each
+    converted to a tensor by inductor's wrapper, about 0.35 ms per forward call (a quarter of a
+    Kangaroo draft step). Compiled stacks write the base tensor with the layer as an index
+    (``layers.write_slots``); a write through a per-layer view would make inductor copy the whole cache.
 
     Cutting back is moving a length, not copying. Each layer keeps its own valid length, because a
     self-drafter writes the shallow layers ahead of the deep ones; a write must start at or before
@@ -16,8 +23,9 @@ class KVCache:
 
     def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, max_len: int,
                  dtype: torch.dtype, device: torch.device | str) -> None:
-        self.k = [torch.zeros(n_kv_heads, max_len, head_dim, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.v = [torch.zeros(n_kv_heads, max_len, head_dim, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.keys = torch.zeros(n_layers, n_kv_heads, max_len, head_dim, dtype=dtype, device=device)
+        self.values = torch.zeros_like(self.keys)
+        self.k, self.v = [self.keys[i] for i in range(n_layers)], [self.values[i] for i in range(n_layers)]
         self.lengths = [0] * n_layers
         self.max_len = max_len
 
@@ -40,8 +48,7 @@ class KVCache:
         accepted path of a tree; nodes ascend, so no entry is overwritten before it is moved)."""
         if all(n == i for i, n in enumerate(nodes)):
             return
-        src = torch.tensor(nodes, device=self.k[0].device) + start
+        src = torch.tensor(nodes, device=self.keys.device) + start
         dst = torch.arange(start, start + len(nodes), device=src.device)
-        for layer in range(len(self.k)):
-            for buf in (self.k[layer], self.v[layer]):
-                buf.index_copy_(1, dst, buf.index_select(1, src))
+        for buf in (self.keys, self.values):  # every layer in one copy
+            buf.index_copy_(2, dst, buf.index_select(2, src))

@@ -107,10 +107,18 @@ class Attention:
         return self.narrow or (f"sdpa (fallback: {self.fallback})" if self.fallback else False)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                 v_cache: torch.Tensor, slots: torch.Tensor, bias: torch.Tensor, wide: bool = False) -> torch.Tensor:
+                 v_cache: torch.Tensor, slots: torch.Tensor, bias: torch.Tensor, wide: bool = False,
+                 layer: int | None = None) -> torch.Tensor:
+        """``layer`` None: ``k_cache``/``v_cache`` are one layer's [kv heads, slots, d]; else they are a
+        whole ``KVCache.keys``/``values`` and ``layer`` says which layer (a compiled stack's call)."""
         out_dtype = q.dtype
-        k_cache.index_copy_(1, slots, k.to(k_cache.dtype))
-        v_cache.index_copy_(1, slots, v.to(v_cache.dtype))
+        if layer is None:
+            k_cache.index_copy_(1, slots, k.to(k_cache.dtype))
+            v_cache.index_copy_(1, slots, v.to(v_cache.dtype))
+        else:
+            write_slots(k_cache, layer, slots, k)
+            write_slots(v_cache, layer, slots, v)
+            k_cache, v_cache = k_cache[layer], v_cache[layer]
         H, T, d = q.shape
         Hkv, n = k_cache.shape[0], bias.shape[-1]
         g = H // Hkv
@@ -136,6 +144,15 @@ class Attention:
             p = torch.softmax((torch.bmm(rows, keys.transpose(1, 2)) * d ** -0.5).view(Hkv, g, T, n) + bias, dim=-1)
             o = torch.bmm(p.view(Hkv, g * T, n), values)
         return o.view(H, T, d).transpose(0, 1).reshape(T, H * d).to(out_dtype)
+
+
+def write_slots(buf: torch.Tensor, layer: int, slots: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``x`` [kv heads, T, d] into slots ``slots`` of ``layer`` of a whole cache ``buf`` [layers, kv heads,
+    slots, d], as one in-place write to ``buf`` itself: inside a compiled graph, a write through the
+    view ``buf[layer]`` is functionalised into a copy of the whole cache (23 ms a call at 512 slots)."""
+    heads = torch.arange(buf.shape[1], device=buf.device).view(-1, 1)
+    at = torch.full((1, 1), layer, dtype=torch.long, device=buf.device)
+    return buf.index_put_((at, heads, slots.view(1, -1)), x.to(buf.dtype))
 
 
 def attention_mask(start: int, tree: Tree, width: int, device) -> torch.Tensor:
@@ -185,15 +202,16 @@ class LayerWeights:
 
 def self_attention(x: torch.Tensor, w: AttentionWeights, shape: HeadShape, cos: torch.Tensor, sin: torch.Tensor,
                    k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, bias: torch.Tensor,
-                   attention: Attention, wide: bool = False) -> torch.Tensor:
+                   attention: Attention, wide: bool = False, layer: int | None = None) -> torch.Tensor:
     """The attention block of a layer on ``x`` (already normed) [T, hidden]: q/k/v projection,
     rotary embedding at the positions whose ``cos``/``sin`` rows are given, attention over the
-    cache (writing slots ``slots``), and the output projection. No residual."""
+    cache (writing slots ``slots``; ``layer``: see ``Attention.__call__``), and the output projection.
+    No residual."""
     T, (H, Hkv, d) = x.shape[0], shape
     q, k, v = F.linear(x, w.wqkv, w.bqkv).split([H * d, Hkv * d, Hkv * d], dim=-1)
     q = rotary(q.view(T, H, d).transpose(0, 1), cos, sin)
     k = rotary(k.view(T, Hkv, d).transpose(0, 1), cos, sin)
-    o = attention(q, k, v.view(T, Hkv, d).transpose(0, 1), k_cache, v_cache, slots, bias, wide)
+    o = attention(q, k, v.view(T, Hkv, d).transpose(0, 1), k_cache, v_cache, slots, bias, wide, layer)
     return F.linear(o, w.wo)
 
 
@@ -206,13 +224,14 @@ def mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor) -> torch
 def decoder_layer(h: torch.Tensor, w: LayerWeights, shape: HeadShape, eps: float, cos: torch.Tensor,
                   sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
                   bias: torch.Tensor, attention: Attention, skip_attn: bool = False, skip_mlp: bool = False,
-                  wide: bool = False) -> torch.Tensor:
+                  wide: bool = False, layer: int | None = None) -> torch.Tensor:
     """One pre-norm LLaMA-family decoder layer on the hidden states ``h`` [T, hidden]: RMSNorm ->
     self-attention -> residual, RMSNorm -> SwiGLU -> residual. ``skip_attn``/``skip_mlp`` leave a
-    block out (a layer-skipping self-drafter; a skipped attention writes no K/V)."""
+    block out (a layer-skipping self-drafter; a skipped attention writes no K/V). ``layer``: the
+    caches are a whole ``KVCache``'s tensors and this is the layer to use (``Attention.__call__``)."""
     if not skip_attn:
         h = h + self_attention(rms_norm(h, w.ln1, eps), w.attn, shape, cos, sin, k_cache, v_cache, slots, bias,
-                               attention, wide)
+                               attention, wide, layer)
     if not skip_mlp:
         h = h + mlp(rms_norm(h, w.ln2, eps), w.w_gate_up, w.w_down)
     return h

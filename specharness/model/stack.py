@@ -68,9 +68,10 @@ class DecoderStack(nn.Module):
                                                          self.wo[i]), self.ln2[i], self.w_gate_up[i], self.w_down[i])
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, bias: torch.Tensor,
-                k_caches: list[torch.Tensor], v_caches: list[torch.Tensor], a: int, b: int, head: bool,
+                keys: torch.Tensor, values: torch.Tensor, a: int, b: int, head: bool,
                 capture: Collection[int] = (), skip: Skip = ((), ()), wide: bool = False) -> tuple:
         """Layers [a, b) on token ids or hidden states; (hidden, logits or None, captured states).
+        ``keys``/``values``: a whole ``KVCache``'s tensors, layer i of the stack in layer i of the cache.
         ``wide``: the dynamic-width graph, which keeps SDPA (a width test on our kernel's limits there
         would guard it on one side, and a prefill on the other would recompile it while timing)."""
         if x.dtype == torch.long:
@@ -80,9 +81,9 @@ class DecoderStack(nn.Module):
         cos, sin = self.cos[positions], self.sin[positions]
         captured = []
         skip_attn, skip_mlp = skip
-        for j, i in enumerate(range(a, b)):
-            h = decoder_layer(h, self.layer(i), self.shape, self.eps, cos, sin, k_caches[j], v_caches[j], slots, bias,
-                              self.attention, skip_attn=i in skip_attn, skip_mlp=i in skip_mlp, wide=wide)
+        for i in range(a, b):
+            h = decoder_layer(h, self.layer(i), self.shape, self.eps, cos, sin, keys, values, slots, bias,
+                              self.attention, skip_attn=i in skip_attn, skip_mlp=i in skip_mlp, wide=wide, layer=i)
             if i in capture:
                 captured.append(h)
         logits = F.linear(rms_norm(h, self.norm_weight, self.eps), self.head_weight) if head else None

@@ -197,8 +197,8 @@ class TargetModel:
     def new_cache(self, max_len: int, n_layers: int | None = None) -> KVCache:
         cache = KVCache(n_layers or self.n_layers, self.n_kv_heads, self.head_dim, max_len, self.kv_dtype, self.device)
         if self.backend.compiled:  # its length varies; compiled graphs do not specialise on it
-            for buf in (*cache.k, *cache.v):
-                torch._dynamo.mark_dynamic(buf, 1)
+            for buf in (cache.keys, cache.values):
+                torch._dynamo.mark_dynamic(buf, 2)
         return cache
 
     def session_cache(self, max_len: int) -> KVCache:
@@ -208,7 +208,7 @@ class TargetModel:
         if cache is None or cache.max_len < max_len:
             cache = self.new_cache(max(max_len, 512))
             if self.device.type == "cuda":  # CUDA graphs replay on fixed addresses
-                for buf in (*cache.k, *cache.v):
+                for buf in (cache.keys, cache.values):
                     torch._dynamo.mark_static_address(buf)
             self.memo["session-cache"] = cache
         cache.crop(0)
@@ -284,7 +284,7 @@ class TargetModel:
         # a wide prefill hands back every layer's states, whichever a caller keeps: one compiled graph
         # then serves every method's prefill (each graph costs ~20 s of warm-up even from the disk cache)
         run_capture = tuple(range(a, b)) if prefill and T > 1 else tuple(capture)
-        request = ForwardRequest(x, positions, slots, bias, cache.k[a:b], cache.v[a:b], a, b, head, run_capture,
+        request = ForwardRequest(x, positions, slots, bias, cache.keys, cache.values, a, b, head, run_capture,
                                  (tuple(skip[0]), tuple(skip[1])), prefill, stack)
         h, logits, captured = self.run_with_fallback(lambda: self.backend(request))
         got = dict(zip(sorted(run_capture), captured))  # the stack hands them back in layer order
@@ -353,9 +353,10 @@ class TargetModel:
                 seen[sig] = max(seen.get(sig, 1), max_width if verifies else width, declared)
         before = len(self.backend.graphs)
         with torch.inference_mode():  # the engine's tensors are inference tensors, and graphs guard on that
-            cache = self.new_cache(256)
+            # a cache as the run's are: a stack's graphs specialise on its cache's number of layers
+            caches = {name: self.new_cache(256, n_layers=s.n_layers) for name, s in self.backend.stacks.items()}
             for (a, b, head, capture, ids, skip, stack), top in seen.items():
-                size = self.backend.stacks[stack].input_size
+                size, cache = self.backend.stacks[stack].input_size, caches[stack]
                 for w in WIDTH_BUCKETS:
                     if w > max(bucket(top), self.backend.narrowest):
                         break
