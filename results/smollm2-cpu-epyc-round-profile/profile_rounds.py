@@ -2,7 +2,8 @@
 ``TargetModel.forward`` call timed by a wrapper (which graph, how many a round, ms a call), so that
 "outside the forwards" (Python bookkeeping, eager drafter ops, host syncs) is what remains.
 Methods interleaved per prompt (rotating order), after each method's warm-up and precompile.
-Usage (repository root): python results/smollm2-cpu-epyc-round-profile/profile_rounds.py [METHODS] > out.txt"""
+Usage (repository root): python results/smollm2-cpu-epyc-round-profile/profile_rounds.py [METHODS] > out.txt
+METHODS: comma-separated, a variant as name:key=value:key=value (e.g. eagle:total_tokens=3); vanilla first."""
 
 import collections
 import json
@@ -33,7 +34,7 @@ print(json.dumps({"command": f"python {' '.join(sys.argv)}", "commit": commit, "
 t = TargetModel.load(dtype="bfloat16")
 t.compile(MODE)
 reg = build_registry()
-ms = {n: build_method(reg, n, [], t, 0.0) for n in names}
+ms = {n: build_method(reg, n.split(":")[0], n.split(":")[1:], t, 0.0) for n in names}
 ids = [t.chat_ids([{"role": "user", "content": p}]) for p in PROMPTS]
 t.expect_widths(max(m.max_width for m in ms.values()))
 started = time.time()
