@@ -7,18 +7,17 @@ METHODS: comma-separated, a variant as name:key=value:key=value (e.g. eagle:tota
 
 import collections
 import json
-import platform
 import statistics
-import subprocess
 import sys
 import time
 
 import torch
-import transformers
 
 from specharness.model import TargetModel
 from specharness.plugins import build_registry
-from specharness.runner import Settings, build_method
+from specharness.results import provenance
+from specharness.runner import Settings, build_method, warm_up
+from specharness.tasks.specbench import Question
 
 THREADS, TOKENS, REPEATS, MODE = 2, 96, 2, "max-autotune"
 PROMPTS = ["Explain in a few sentences why the sky is blue.", "Write a short poem about the sea.",
@@ -26,23 +25,15 @@ PROMPTS = ["Explain in a few sentences why the sky is blue.", "Write a short poe
            "List five fruits and one fact about each."]
 names = (sys.argv[1] if len(sys.argv) > 1 else "vanilla,pld,recycling,lookahead,kangaroo,eagle").split(",")
 torch.set_num_threads(THREADS)
-commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
-print(json.dumps({"command": f"python {' '.join(sys.argv)}", "commit": commit, "model": "SmolLM2-135M-Instruct",
-                  "dtype": "bfloat16", "compile": MODE, "threads": THREADS, "torch": torch.__version__,
-                  "transformers": transformers.__version__, "cpu": platform.processor() or platform.machine(),
-                  "tokens": TOKENS, "repeats": REPEATS, "prompts": len(PROMPTS)}))
+print(json.dumps(provenance(command=f"python {' '.join(sys.argv)}", model="SmolLM2-135M-Instruct", dtype="bfloat16",
+                            compile=MODE, threads=THREADS, tokens=TOKENS, repeats=REPEATS, prompts=len(PROMPTS))))
 t = TargetModel.load(dtype="bfloat16")
 t.compile(MODE)
 reg = build_registry()
 ms = {n: build_method(reg, n.split(":")[0], n.split(":")[1:], t, 0.0) for n in names}
 ids = [t.chat_ids([{"role": "user", "content": p}]) for p in PROMPTS]
-t.expect_widths(max(m.max_width for m in ms.values()))
-started = time.time()
-for m in ms.values():  # warm-up as runner.warm_up does
-    t.backend.used.clear()
-    m.generate(ids[0], Settings(max_new_tokens=16), 0)
-    t.precompile(m.max_width, set(t.backend.used), m.verify_layer)
-print(f"warm-up {time.time() - started:.0f} s, {len(t.backend.graphs)} graphs")
+took = warm_up(t, list(ms.values()), [Question("warmup", "qa", "qa", tuple(PROMPTS[:1]))], Settings(max_new_tokens=16))
+print(f"warm-up {took['warmup_s']:.0f} s, {took['graphs']} graphs")
 graphs_before = set(t.backend.graphs)
 
 calls: dict[str, collections.Counter] = {n: collections.Counter() for n in names}
