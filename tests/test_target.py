@@ -197,3 +197,25 @@ def test_a_kernel_that_cannot_build_leaves_sdpa_with_a_one_line_note(monkeypatch
                      "extension 'specharness_narrow_attention'); SDPA serves every width"]
     assert narrow_attention.reason().startswith("its build failed")
     assert target.logits([1, 2, 3]).shape == (3, 32)  # and the forward runs
+
+
+def test_per_layer_views_and_the_whole_cache_see_each_others_writes():
+    """Compiled stacks write the whole ``keys``/``values`` tensors by layer index (one graph input,
+    one dynamic size); eager callers (a drafter's own attention block, compaction) use the per-layer
+    views ``k[i]``/``v[i]``. Each must see what the other wrote, layer by layer."""
+    target = TargetModel.tiny("llama", vocab_size=40, n_layers=3, seed=3)
+    cache = target.new_cache(16)
+    assert cache.keys.shape == (3, target.n_kv_heads, 16, target.head_dim)
+    target.forward(torch.tensor([5, 9, 1]), cache, 0, head=True)  # the stack: writes by layer index
+    for layer in range(3):
+        assert cache.k[layer].data_ptr() == cache.keys[layer].data_ptr()
+        assert cache.k[layer][:, :3].abs().sum() > 0 and cache.v[layer][:, :3].abs().sum() > 0
+        assert cache.k[layer][:, 3:].abs().sum() == 0  # nothing past the slots written
+    x = torch.randn(2, target.hidden_size)
+    w = target.layers_w[1].attn
+    cache.lengths = [3, 3, 3]
+    target.attention_block(x, w, cache, 1, 3, target.rope(3, 2))  # a per-layer view's write
+    assert cache.keys[1][:, 3:5].abs().sum() > 0 and cache.keys[0][:, 3:5].abs().sum() == 0
+    before = cache.keys[:, :, 4].clone()
+    cache.compact(3, [1])  # slot 4 -> 3, every layer in one copy
+    torch.testing.assert_close(cache.keys[:, :, 3], before, rtol=0, atol=0)
