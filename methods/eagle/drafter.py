@@ -114,14 +114,18 @@ class EagleDrafter:
                 if cands[frontier[0]][0] < cutoff:
                     break
             n = len(frontier)
-            anc = torch.zeros(n, slot - p + n, dtype=torch.bool, device=t.device)
+            rows, cols = [], []  # (frontier row, scratch slot it sees): ancestors and itself, set in one op
             for row, c in enumerate(frontier):
                 a = cands[c][3]
                 while a >= 0:
-                    anc[row, cands[a][4] - p] = True
+                    rows.append(row)
+                    cols.append(cands[a][4] - p)
                     a = cands[a][3]
-                anc[row, slot - p + row] = True
+                rows.append(row)
+                cols.append(slot - p + row)
                 cands[c][4] = slot + row
+            anc = torch.zeros(n, slot - p + n, dtype=torch.bool, device=t.device)
+            anc[rows, cols] = True  # one indexing op: an element assignment per ancestor cost ~10 us each
             mask = torch.cat([torch.ones(n, p, dtype=torch.bool, device=t.device), anc], dim=1)
             positions = torch.tensor([p + cands[c][1] - 1 for c in frontier], device=t.device)
             feat_in = torch.stack([feats[cands[c][3]] for c in frontier])
