@@ -42,9 +42,10 @@ def test_attention_over_a_bfloat16_cache_matches_the_float32_kernels(compiled, n
         slots = torch.arange(n0, n0 + T)
         out = {}
         for dtype in (torch.bfloat16, torch.float32):
-            kc, vc = torch.zeros(Hkv, 48, d, dtype=dtype), torch.zeros(Hkv, 48, d, dtype=dtype)
+            k_all, v_all = torch.zeros(1, Hkv, 48, d, dtype=dtype), torch.zeros(1, Hkv, 48, d, dtype=dtype)
+            kc, vc = k_all[0], v_all[0]  # a one-layer cache
             kc[:, :n0], vc[:, :n0] = past_k, past_v
-            out[dtype] = fn(q.to(dtype), k.to(dtype), v.to(dtype), kc, vc, slots, mask).float()
+            out[dtype] = fn(q.to(dtype), k.to(dtype), v.to(dtype), k_all, v_all, 0, slots, mask).float()
             assert torch.equal(kc[:, n0:n0 + T].float(), k.float()) and not kc[:, n0 + T:].any()
         assert out[torch.bfloat16].shape == (T, H * d)
         torch.testing.assert_close(out[torch.bfloat16], out[torch.float32], rtol=0, atol=3e-2)
@@ -200,9 +201,9 @@ def test_a_kernel_that_cannot_build_leaves_sdpa_with_a_one_line_note(monkeypatch
 
 
 def test_per_layer_views_and_the_whole_cache_see_each_others_writes():
-    """Compiled stacks write the whole ``keys``/``values`` tensors by layer index (one graph input,
-    one dynamic size); eager callers (a drafter's own attention block, compaction) use the per-layer
-    views ``k[i]``/``v[i]``. Each must see what the other wrote, layer by layer."""
+    """Every forward writes the whole ``keys``/``values`` tensors by layer index (one graph input, one
+    dynamic size); readers of one layer (tests, training code) use the per-layer views ``k[i]``/``v[i]``,
+    and compaction moves every layer at once. Each must see what the others wrote, layer by layer."""
     target = TargetModel.tiny("llama", vocab_size=40, n_layers=3, seed=3)
     cache = target.new_cache(16)
     assert cache.keys.shape == (3, target.n_kv_heads, 16, target.head_dim)
@@ -214,7 +215,7 @@ def test_per_layer_views_and_the_whole_cache_see_each_others_writes():
     x = torch.randn(2, target.hidden_size)
     w = target.layers_w[1].attn
     cache.lengths = [3, 3, 3]
-    target.attention_block(x, w, cache, 1, 3, target.rope(3, 2))  # a per-layer view's write
+    target.attention_block(x, w, cache, 1, 3, target.rope(3, 2))  # a drafter's own attention block (eager)
     assert cache.keys[1][:, 3:5].abs().sum() > 0 and cache.keys[0][:, 3:5].abs().sum() == 0
     before = cache.keys[:, :, 4].clone()
     cache.compact(3, [1])  # slot 4 -> 3, every layer in one copy

@@ -84,6 +84,6 @@ class EagleHead(nn.Module):
         cos, sin = target.rope_at(positions)
         shape = HeadShape(self.shape["n_heads"], self.shape["n_kv"], self.shape["head_dim"])  # the head's own layout
         x = self.fc(torch.cat([emb, feat], dim=-1))
-        h = target.run_with_fallback(lambda: decoder_layer(x, layer, shape, self.eps, cos, sin, cache.k[0], cache.v[0],
+        h = target.run_with_fallback(lambda: decoder_layer(x, layer, shape, self.eps, cos, sin, cache.keys, cache.values, 0,
                                                            slots, mask, target.attention))  # SDPA if our kernel fails
         return self.feature(h)

@@ -12,8 +12,8 @@ class KVCache:
     One tensor, not one per layer, because a compiled graph takes every input's dynamic length as
     an argument of its own: 60 per-layer buffers cost the 30-layer target 61 symbolic sizes, each
     converted to a tensor by inductor's wrapper, about 0.35 ms per forward call (a quarter of a
-    Kangaroo draft step). Compiled stacks write the base tensor with the layer as an index
-    (``layers.write_slots``); a write through a per-layer view would make inductor copy the whole cache.
+    Kangaroo draft step). Every forward writes the whole tensor with the layer as an index
+    (``layers.write_slots``): a write through a per-layer view would make inductor copy the whole cache.
 
     Cutting back is moving a length, not copying. Each layer keeps its own valid length, because a
     self-drafter writes the shallow layers ahead of the deep ones; a write must start at or before

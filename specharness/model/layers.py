@@ -106,19 +106,14 @@ class Attention:
         """What result headers record: the kernel's path, "sdpa (fallback: <why>)", or False."""
         return self.narrow or (f"sdpa (fallback: {self.fallback})" if self.fallback else False)
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                 v_cache: torch.Tensor, slots: torch.Tensor, bias: torch.Tensor, wide: bool = False,
-                 layer: int | None = None) -> torch.Tensor:
-        """``layer`` None: ``k_cache``/``v_cache`` are one layer's [kv heads, slots, d]; else they are a
-        whole ``KVCache.keys``/``values`` and ``layer`` says which layer (a compiled stack's call)."""
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_all: torch.Tensor, v_all: torch.Tensor,
+                 layer: int, slots: torch.Tensor, bias: torch.Tensor, wide: bool = False) -> torch.Tensor:
+        """``k_all``/``v_all``: a whole cache's tensors (``KVCache.keys``/``values`` [layers, kv heads,
+        slots, d]); ``layer``: the one this call writes and reads."""
         out_dtype = q.dtype
-        if layer is None:
-            k_cache.index_copy_(1, slots, k.to(k_cache.dtype))
-            v_cache.index_copy_(1, slots, v.to(v_cache.dtype))
-        else:
-            write_slots(k_cache, layer, slots, k)
-            write_slots(v_cache, layer, slots, v)
-            k_cache, v_cache = k_cache[layer], v_cache[layer]
+        write_slots(k_all, layer, slots, k)
+        write_slots(v_all, layer, slots, v)
+        k_cache, v_cache = k_all[layer], v_all[layer]
         H, T, d = q.shape
         Hkv, n = k_cache.shape[0], bias.shape[-1]
         g = H // Hkv
@@ -201,17 +196,17 @@ class LayerWeights:
 
 
 def self_attention(x: torch.Tensor, w: AttentionWeights, shape: HeadShape, cos: torch.Tensor, sin: torch.Tensor,
-                   k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, bias: torch.Tensor,
-                   attention: Attention, wide: bool = False, layer: int | None = None) -> torch.Tensor:
+                   keys: torch.Tensor, values: torch.Tensor, layer: int, slots: torch.Tensor, bias: torch.Tensor,
+                   attention: Attention, wide: bool = False) -> torch.Tensor:
     """The attention block of a layer on ``x`` (already normed) [T, hidden]: q/k/v projection,
     rotary embedding at the positions whose ``cos``/``sin`` rows are given, attention over the
-    cache (writing slots ``slots``; ``layer``: see ``Attention.__call__``), and the output projection.
+    cache's ``layer`` (writing slots ``slots``; ``Attention.__call__``), and the output projection.
     No residual."""
     T, (H, Hkv, d) = x.shape[0], shape
     q, k, v = F.linear(x, w.wqkv, w.bqkv).split([H * d, Hkv * d, Hkv * d], dim=-1)
     q = rotary(q.view(T, H, d).transpose(0, 1), cos, sin)
     k = rotary(k.view(T, Hkv, d).transpose(0, 1), cos, sin)
-    o = attention(q, k, v.view(T, Hkv, d).transpose(0, 1), k_cache, v_cache, slots, bias, wide, layer)
+    o = attention(q, k, v.view(T, Hkv, d).transpose(0, 1), keys, values, layer, slots, bias, wide)
     return F.linear(o, w.wo)
 
 
@@ -222,16 +217,16 @@ def mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor) -> torch
 
 
 def decoder_layer(h: torch.Tensor, w: LayerWeights, shape: HeadShape, eps: float, cos: torch.Tensor,
-                  sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
+                  sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, layer: int, slots: torch.Tensor,
                   bias: torch.Tensor, attention: Attention, skip_attn: bool = False, skip_mlp: bool = False,
-                  wide: bool = False, layer: int | None = None) -> torch.Tensor:
+                  wide: bool = False) -> torch.Tensor:
     """One pre-norm LLaMA-family decoder layer on the hidden states ``h`` [T, hidden]: RMSNorm ->
     self-attention -> residual, RMSNorm -> SwiGLU -> residual. ``skip_attn``/``skip_mlp`` leave a
-    block out (a layer-skipping self-drafter; a skipped attention writes no K/V). ``layer``: the
-    caches are a whole ``KVCache``'s tensors and this is the layer to use (``Attention.__call__``)."""
+    block out (a layer-skipping self-drafter; a skipped attention writes no K/V). ``keys``/``values``:
+    a whole ``KVCache``'s tensors, of which it writes and reads ``layer``."""
     if not skip_attn:
-        h = h + self_attention(rms_norm(h, w.ln1, eps), w.attn, shape, cos, sin, k_cache, v_cache, slots, bias,
-                               attention, wide, layer)
+        h = h + self_attention(rms_norm(h, w.ln1, eps), w.attn, shape, cos, sin, keys, values, layer, slots, bias,
+                               attention, wide)
     if not skip_mlp:
         h = h + mlp(rms_norm(h, w.ln2, eps), w.w_gate_up, w.w_down)
     return h

@@ -82,8 +82,8 @@ class DecoderStack(nn.Module):
         captured = []
         skip_attn, skip_mlp = skip
         for i in range(a, b):
-            h = decoder_layer(h, self.layer(i), self.shape, self.eps, cos, sin, keys, values, slots, bias,
-                              self.attention, skip_attn=i in skip_attn, skip_mlp=i in skip_mlp, wide=wide, layer=i)
+            h = decoder_layer(h, self.layer(i), self.shape, self.eps, cos, sin, keys, values, i, slots, bias,
+                              self.attention, skip_attn=i in skip_attn, skip_mlp=i in skip_mlp, wide=wide)
             if i in capture:
                 captured.append(h)
         logits = F.linear(rms_norm(h, self.norm_weight, self.eps), self.head_weight) if head else None

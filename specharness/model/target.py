@@ -236,7 +236,7 @@ class TargetModel:
         cache.claim(layer, layer + 1, start, T)
         mask = attention_mask(start, Tree.chain(T - 1), T, x.device)
         slots = torch.arange(start, start + T, device=x.device)
-        return self.run_with_fallback(lambda: self_attention(x, w, self.shape, *rope, cache.k[layer], cache.v[layer],
+        return self.run_with_fallback(lambda: self_attention(x, w, self.shape, *rope, cache.keys, cache.values, layer,
                                                              slots, mask, self.attention))
 
     def forward(self, x: torch.Tensor, cache: KVCache, start: int, a: int = 0, b: int | None = None,
@@ -354,7 +354,8 @@ class TargetModel:
         before = len(self.backend.graphs)
         with torch.inference_mode():  # the engine's tensors are inference tensors, and graphs guard on that
             # a cache as the run's are: a stack's graphs specialise on its cache's number of layers
-            caches = {name: self.new_cache(256, n_layers=s.n_layers) for name, s in self.backend.stacks.items()}
+            caches = {name: self.new_cache(256, n_layers=self.backend.stacks[name].n_layers)
+                      for name in {sig[-1] for sig in seen}}
             for (a, b, head, capture, ids, skip, stack), top in seen.items():
                 size, cache = self.backend.stacks[stack].input_size, caches[stack]
                 for w in WIDTH_BUCKETS:
