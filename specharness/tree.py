@@ -11,7 +11,7 @@ the accepted path's keys and values into consecutive slots.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import torch
 
@@ -31,12 +31,13 @@ class Tree:
     @classmethod
     def chain(cls, k: int) -> "Tree":
         """The current token followed by k drafts, each continuing the one before."""
-        return cls((-1, *range(k)))
+        return _shared((-1, *range(k)))
 
     @classmethod
     def from_drafts(cls, parents: list[int] | tuple[int, ...] | None, k: int) -> "Tree":
-        """A proposal's tree: ``parents`` over its k drafts (0 = the current token), None = chain."""
-        return cls.chain(k) if parents is None else cls((-1, *parents))
+        """A proposal's tree: ``parents`` over its k drafts (0 = the current token), None = chain.
+        One shared instance per shape (see ``_shared``)."""
+        return cls.chain(k) if parents is None else _shared((-1, *parents))
 
     def __len__(self) -> int:
         return len(self.parents)
@@ -59,17 +60,20 @@ class Tree:
             out[q].append(i)
         return tuple(tuple(c) for c in out)
 
-    def ancestors_mask(self, device=None) -> torch.Tensor:
-        """[T, T] bool: node i may attend to node j (j is i or one of its ancestors)."""
-        if self.is_chain:
-            return torch.ones(len(self), len(self), dtype=torch.bool, device=device).tril()
-        T = len(self)
-        m = torch.zeros(T, T, dtype=torch.bool)
+    @cached_property
+    def _ancestor_rows(self) -> tuple[tuple[bool, ...], ...]:
+        rows: list[list[bool]] = []
         for i, q in enumerate(self.parents):
-            if q >= 0:
-                m[i] = m[q]
-            m[i, i] = True
-        return m.to(device)
+            row = list(rows[q]) if q >= 0 else [False] * len(self.parents)
+            row[i] = True
+            rows.append(row)
+        return tuple(tuple(r) for r in rows)
+
+    def ancestors_mask(self, device=None) -> torch.Tensor:
+        """[T, T] bool: node i may attend to node j (j is i or one of its ancestors). A new tensor
+        each call, from rows worked out once per tree (one op, where a row copy per node cost ~3 us
+        each)."""
+        return torch.tensor(self._ancestor_rows, dtype=torch.bool, device=device)
 
     def path_to(self, node: int) -> list[int]:
         """Nodes from the root's first child down to ``node`` (empty for the root)."""
@@ -78,6 +82,14 @@ class Tree:
             out.append(node)
             node = self.parents[node]
         return out[::-1]
+
+
+@lru_cache(maxsize=4096)
+def _shared(parents: tuple[int, ...]) -> Tree:
+    """The one ``Tree`` of each shape: drafters propose few distinct shapes, and a shared instance
+    checks its parents and works out its depths, children and mask rows once, not every round (the
+    engine and the verifier each ask for the round's tree)."""
+    return Tree(parents)
 
 
 class Trie:
