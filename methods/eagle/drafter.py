@@ -21,6 +21,8 @@ accepted tokens with the verified features, which also yields the next round's f
 
 from __future__ import annotations
 
+import heapq
+
 import torch
 
 from specharness.api import DecodeState, Proposal, Verified
@@ -93,68 +95,71 @@ class EagleDrafter:
         self._advance(tokens, self.t.norm(verified.hidden[:len(tokens)]), p)
 
     # ---- a round's tree ----------------------------------------------------------------------------
-    def _token(self, j: torch.Tensor) -> list[int]:
-        return (self.rows[j] if self.rows is not None else j).tolist()
+    # Candidates are Python lists indexed by creation order (depth 1's top_k, then each depth's top_k
+    # frontier nodes x top_k children), read from the head once per depth: one ``tolist`` of the
+    # depth's top-k, which the early stop needs anyway. At these sizes (<= 16 candidates a depth) a list
+    # operation costs well under a microsecond and a tensor op 2-10 us, so a depth's bookkeeping is a
+    # fixed handful of tensor ops (mask, positions, features, the head's log-softmax and top-k).
+    def _vocab(self, j: torch.Tensor) -> torch.Tensor:
+        """Token ids of draft-head rows ``j`` (the draft vocabulary's mapping, one gather)."""
+        return self.rows[j] if self.rows is not None else j
 
     def propose(self, state: DecodeState) -> Proposal:
         depth = min(self.depth, state.max_draft)
         if depth <= 0:
             return Proposal()
-        t, p, k = self.t, state.pos, self.top_k
-        # candidates: (score, depth, token, parent candidate index or -1 for the root, head slot or None)
-        logp, idx = self.root_logp.topk(k)
-        cands = [[float(s), 1, tok, -1, None] for s, tok in zip(logp.tolist(), self._token(idx))]
-        frontier = list(range(len(cands)))
-        feats = {-1: self.root_feat}  # candidate -> the head's predicted feature after it
-        slot = p  # head cache slots from the current position on are this round's scratch
-        for d in range(2, depth + 1):
-            frontier = sorted(frontier, key=lambda c: -cands[c][0])[:k]
-            if len(cands) >= self.total:  # a child scores at most its parent: stop once none can enter the kept tree
-                cutoff = sorted((c[0] for c in cands), reverse=True)[self.total - 1]
-                if cands[frontier[0]][0] < cutoff:
-                    break
-            n = len(frontier)
-            rows, cols = [], []  # (frontier row, scratch slot it sees): ancestors and itself, set in one op
-            for row, c in enumerate(frontier):
-                a = cands[c][3]
-                while a >= 0:
-                    rows.append(row)
-                    cols.append(cands[a][4] - p)
-                    a = cands[a][3]
-                rows.append(row)
-                cols.append(slot - p + row)
-                cands[c][4] = slot + row
-            anc = torch.zeros(n, slot - p + n, dtype=torch.bool, device=t.device)
-            anc[rows, cols] = True  # one indexing op: an element assignment per ancestor cost ~10 us each
-            mask = torch.cat([torch.ones(n, p, dtype=torch.bool, device=t.device), anc], dim=1)
-            positions = torch.tensor([p + cands[c][1] - 1 for c in frontier], device=t.device)
-            feat_in = torch.stack([feats[cands[c][3]] for c in frontier])
-            run = self._run([cands[c][2] for c in frontier], feat_in, slot, positions=positions, mask=mask)
-            out = self.head.feature(run.hidden)
-            slot += n
-            child_logp = torch.log_softmax(run.logits.float(), dim=-1)
-            top, top_idx = child_logp.topk(k, dim=-1)
-            new = []
-            for row, c in enumerate(frontier):
-                feats[c] = out[row]
-                for s, tok in zip(top[row].tolist(), self._token(top_idx[row])):
-                    cands.append([cands[c][0] + s, d, tok, c, None])
-                    new.append(len(cands) - 1)
-            frontier = new
-        # the best total_tokens candidates, parents before children
-        kept: dict[int, int] = {}  # candidate -> its draft index
-        for c in sorted(range(len(cands)), key=lambda c: (-cands[c][0], cands[c][1])):
-            if len(kept) == self.total:
-                break
-            if cands[c][3] == -1 or cands[c][3] in kept:
-                kept[c] = -1
-        order = sorted(kept, key=lambda c: (cands[c][1], -cands[c][0]))
-        for i, c in enumerate(order):
-            kept[c] = i
-        tokens = [cands[c][2] for c in order]
-        parents = [0 if cands[c][3] == -1 else kept[cands[c][3]] + 1 for c in order]
+        tokens, parents = self._select(*self._expand(state.pos, depth))
         return Proposal(tokens, None, parents=parents)
 
+    def _expand(self, p: int, depth: int) -> tuple[list[float], list[int], list[int], list[int]]:
+        """EAGLE-2's expansion: every candidate's cumulative draft log-probability, token, parent
+        (-1: the current token) and depth. At each depth the ``top_k`` best of the last depth's
+        children (ties: the earlier created) run through the head together at scratch slots from
+        ``p``, each seeing the prefix, its ancestors' slots and its own; it stops once no frontier
+        node can enter the kept tree (a child scores at most its parent)."""
+        k, dev = self.top_k, self.t.device
+        top, idx = self.root_logp.topk(k)
+        score, token = top.tolist(), self._vocab(idx).tolist()
+        parent, level = [-1] * k, [1] * k
+        cols: dict[int, tuple[int, ...]] = {-1: ()}  # expanded candidate -> scratch columns (slot - p) it sees
+        row: dict[int, int] = {}  # expanded candidate -> its row in the head run that expanded it
+        new, hidden = range(k), None  # the last depth's children; the last run's hidden states
+        for d in range(2, depth + 1):
+            frontier = sorted(new, key=score.__getitem__, reverse=True)[:k]  # stable: ties keep creation order
+            if len(score) >= self.total and score[frontier[0]] < heapq.nlargest(self.total, score)[-1]:
+                break
+            width, first = (d - 1) * k, (d - 2) * k  # scratch columns so far; this frontier's first
+            seen = []
+            for r, c in enumerate(frontier):
+                cols[c], row[c] = cols[parent[c]] + (first + r,), r
+                seen.append([j in cols[c] for j in range(width)])
+            mask = torch.cat([torch.ones(k, p, dtype=torch.bool, device=dev),
+                              torch.tensor(seen, dtype=torch.bool, device=dev)], dim=1)
+            positions = torch.full((k,), p + d - 2, device=dev)  # frontier nodes have depth d - 1
+            # the parents' features: the root's at depth 2, then rows of the last run (only those expanded)
+            feats = (self.root_feat.expand(k, -1) if hidden is None
+                     else self.head.feature(hidden[[row[parent[c]] for c in frontier]]))
+            run = self._run([token[c] for c in frontier], feats, p + first, positions=positions, mask=mask)
+            hidden = run.hidden
+            top, idx = torch.log_softmax(run.logits, dim=-1, dtype=torch.float32).topk(k, dim=-1)
+            new = range(len(score), len(score) + k * k)
+            for c, logp, toks in zip(frontier, top.tolist(), self._vocab(idx).tolist()):
+                score.extend(score[c] + s for s in logp)
+                token.extend(toks)
+                parent.extend([c] * k)
+            level.extend([d] * (k * k))
+        return score, token, parent, level
+
+    def _select(self, score: list[float], token: list[int], parent: list[int],
+                level: list[int]) -> tuple[list[int], list[int]]:
+        """Tokens and parents (0: the current token, i: draft i - 1) of the ``total`` best candidates
+        (score descending, then depth, then creation order: creation order follows depth), listed by
+        depth, then score. A node scores at most its parent and sorts after it on a tie, so the set is
+        connected."""
+        ranked = heapq.nlargest(self.total, range(len(score)), key=score.__getitem__)  # stable, as sorted is
+        order = sorted(ranked, key=level.__getitem__)
+        node = {c: i + 1 for i, c in enumerate(order)}
+        return [token[c] for c in order], [0 if parent[c] < 0 else node[parent[c]] for c in order]
 
 def build(target: TargetModel, options: dict) -> EagleDrafter:
     path = resolve_head_path(target, options["head"])
