@@ -16,33 +16,42 @@ draft's shallow pass is needed for that hand-over (not to draft). After the engi
 back, positions p..p+n hold accepted tokens whose shallow K/V are already right, so the drafter
 keeps no state of its own: the next round starts with the shallow pass of the new current token.
 
+A draft step (embedding -> layers [0, l) -> final norm -> head) is one compiled graph: a drafter
+stack over the target's own first layers (``TargetModel.add_stack``, writing the target's cache),
+whose head is the target's LM head restricted to the ``draft_vocab`` tokens the target writes most
+often (``specharness.draft_vocab``; the full head with ``draft_vocab=0``).
+
 Greedy drafts are the argmax (q = None, a point mass); sampled drafts are drawn from the draft
-distribution at the run's temperature and handed over as q, so speculative sampling in
-``specharness.verify`` keeps the target's distribution exactly.
+distribution at the run's temperature and handed over as q (zero outside the draft vocabulary), so
+speculative sampling in ``specharness.verify`` keeps the target's distribution exactly.
 """
 
 from __future__ import annotations
 
 import torch
 
+from specharness import draft_vocab
 from specharness.api import DecodeState, Proposal
 from specharness.errors import UsageError
 from specharness.hookspecs import DrafterSpec, OptionSpec, hookimpl
-from specharness.model import argmax
+from specharness.model import TargetModel, stack_name
 
+DEFAULT_DRAFT_VOCAB = 4096  # measured: results/smollm2-cpu-epyc-draft-vocab
 OPTIONS = [
     OptionSpec("exit_layer", "int", 2, "draft from target layers [0, exit_layer) (1 .. layers-1)", min=1),
     OptionSpec("gamma", "int", 6, "draft tokens per round", min=1),
     OptionSpec("eta", "float", 0.0,
                "stop drafting at the first token with top-1 draft probability <= eta (0: never stop early)",
                min=0.0, max=1.0),
+    draft_vocab.option(DEFAULT_DRAFT_VOCAB),
 ]
 
 
 class EarlyExitDrafter:
     """Draft through the target's shallow layers and shared head; hand over the layer-l states."""
 
-    def __init__(self, target, exit_layer: int, gamma: int, eta: float) -> None:
+    def __init__(self, target: TargetModel, exit_layer: int, gamma: int, eta: float,
+                 rows: torch.Tensor | None = None) -> None:
         if not 1 <= exit_layer <= target.n_layers - 1:
             raise UsageError(f"option early_exit.exit_layer={exit_layer} is outside 1..{target.n_layers - 1} "
                              f"(the target has {target.n_layers} layers)")
@@ -50,47 +59,62 @@ class EarlyExitDrafter:
             raise UsageError(f"option early_exit.gamma={gamma} must be at least 1")
         if not 0.0 <= eta <= 1.0:
             raise UsageError(f"option early_exit.eta={eta} is outside [0, 1]")
-        self.target, self.exit_layer, self.gamma, self.eta = target, exit_layer, gamma, eta
+        self.target, self.exit_layer, self.gamma, self.eta, self.rows = target, exit_layer, gamma, eta, rows
         self.max_width = gamma + 1  # the widest verification forward (compiled before timing)
+        head = target.head_weight if rows is None else target.head_rows(rows)
+        source = str(draft_vocab.ranking_path(target)) if rows is not None else "full-head"
+        self.stack = target.add_stack(stack_name("early_exit", source, exit_layer, None if rows is None else rows.numel()),
+                                      target.layers_w[:exit_layer], target.norm_weight, head,
+                                      cache_layers=target.n_layers)
 
     def begin(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
         pass  # the engine's prefill already wrote layers [0, l) of the prompt
 
+    def _shallow(self, token: int, pos: int, state: DecodeState, head: bool = True):
+        t = self.target
+        return t.forward(torch.tensor([token], device=t.device), state.cache, pos, 0, self.exit_layer, head=head,
+                         stack=self.stack)
+
     def propose(self, state: DecodeState) -> Proposal:
-        t, l = self.target, self.exit_layer
+        t = self.target
         k_max = min(self.gamma, state.max_draft)
         if k_max <= 0:
             return Proposal()
-        sampling = state.temperature > 0
         pos = state.pos
-        h = t.layers(t.embed(torch.tensor([state.ids[-1]], device=t.device)), pos, 0, l, state.cache)
-        hidden, tokens, qs = [h], [], []
-        while len(tokens) < k_max:
-            logits = t.head(t.norm(h))[0]
-            if sampling or self.eta > 0:
-                probs = torch.softmax(logits.float() / (state.temperature if sampling else 1.0), dim=-1)
-            if sampling:
-                tok = int(torch.multinomial(probs, 1, generator=state.generator))
-                qs.append(probs)
-            else:
-                tok = int(argmax(logits))
-            tokens.append(tok)
-            h = t.layers(t.embed(torch.tensor([tok], device=t.device)), pos + len(tokens), 0, l, state.cache)
-            hidden.append(h)
-            if tok in t.eos_ids or (self.eta > 0 and float(probs.max()) <= self.eta):
+        out = self._shallow(state.ids[-1], pos, state)
+        hidden, tokens, qs = [out.hidden], [], []
+        while True:
+            d = draft_vocab.draw(out.logits[0], self.rows, t.vocab_size, state.temperature, state.generator,
+                                 confidence=self.eta > 0)
+            tokens.append(d.token)
+            if d.q is not None:
+                qs.append(d.q)
+            stop = len(tokens) == k_max or d.token in t.eos_ids or (self.eta > 0 and d.confidence <= self.eta)
+            # the last draft's pass only hands its layer-l state over: no head
+            out = self._shallow(d.token, pos + len(tokens), state, head=not stop)
+            hidden.append(out.hidden)
+            if stop:
                 break
-        return Proposal(tokens, torch.stack(qs) if qs else None, torch.cat(hidden), l)
+        return Proposal(tokens, torch.stack(qs) if qs else None, torch.cat(hidden), self.exit_layer)
 
     def commit(self, state: DecodeState, accepted: int) -> None:
         pass  # the cache was cut back to the accepted prefix; nothing else is kept between rounds
 
 
-def build(target, options: dict) -> EarlyExitDrafter:
-    return EarlyExitDrafter(target, options["exit_layer"], options["gamma"], options["eta"])
+def _rows(target: TargetModel, options: dict) -> torch.Tensor | None:
+    return draft_vocab.rows(target, "early_exit", options["draft_vocab"], DEFAULT_DRAFT_VOCAB)
+
+
+def build(target: TargetModel, options: dict) -> EarlyExitDrafter:
+    return EarlyExitDrafter(target, options["exit_layer"], options["gamma"], options["eta"], _rows(target, options))
+
+
+def info(target: TargetModel, options: dict) -> dict:
+    return draft_vocab.describe(target, _rows(target, options))
 
 
 @hookimpl
 def specharness_drafters() -> list[DrafterSpec]:
-    return [DrafterSpec("early_exit", build, OPTIONS, params=lambda target, options: 0,
+    return [DrafterSpec("early_exit", build, OPTIONS, params=lambda target, options: 0, info=info,
                         help="draft gamma tokens from target layers [0, l) through the shared head "
                              "(no adapter; the Kangaroo paper's fixed-step early-exit baseline)")]

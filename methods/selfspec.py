@@ -16,7 +16,9 @@ mask by hand instead (``aI``: layer I's attention, ``mI``: its MLP).
 attention layers write the draft slots; verification rewrites every layer from the current token),
 and stops after a draft whose top-1 probability is at most ``eta`` or after ``gamma`` drafts.
 Greedy drafts are argmaxes; sampled drafts come from the skipping model's distribution at the
-decoding temperature, handed over as q (speculative sampling keeps it lossless).
+decoding temperature, handed over as q (speculative sampling keeps it lossless). The draft head is
+the target's LM head restricted to the ``draft_vocab`` tokens the target writes most often
+(``specharness.draft_vocab``, FR-Spec; ``draft_vocab=0``: the full head, inside the compiled graph).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import time
 
 import torch
 
+from specharness import draft_vocab
 from specharness import selfdistill as sd
 from specharness.api import DecodeState, Proposal
 from specharness.errors import UsageError
@@ -36,6 +39,7 @@ from specharness.options import OptionSpec
 from specharness.paths import cache_root, model_slug, write_text_atomic
 from specharness.model import Skip, TargetModel, argmax
 
+DEFAULT_DRAFT_VOCAB = 4096  # measured: results/smollm2-cpu-epyc-draft-vocab
 OPTIONS = [
     OptionSpec("skip", "str", "search", "'search' = the cached Bayesian-optimisation search's mask, or a list "
                "like a3,a4,m10 (aI / mI: layer I's attention / MLP)"),
@@ -46,6 +50,7 @@ OPTIONS = [
     OptionSpec("eta", "float", 0.6, "stop drafting after a draft whose top-1 probability is <= eta", min=0.0, max=1.0),
     OptionSpec("gamma", "int", 7, "most drafts per round (7: the current token + 7 = 8 positions, one compiled "
                "width bucket)", min=1),
+    draft_vocab.option(DEFAULT_DRAFT_VOCAB),
 ]
 N_RANDOM = 8  # masks drawn at random before the Gaussian process proposes
 
@@ -178,32 +183,33 @@ def searched_skip(target: TargetModel, options: dict, progress: bool = True) -> 
 class SelfSpeculative:
     exit_layer = 0
 
-    def __init__(self, target: TargetModel, skip: Skip, eta: float, gamma: int) -> None:
-        self.t, self.skip, self.eta, self.gamma = target, skip, eta, gamma
+    def __init__(self, target: TargetModel, skip: Skip, eta: float, gamma: int,
+                 rows: torch.Tensor | None = None) -> None:
+        self.t, self.skip, self.eta, self.gamma, self.rows = target, skip, eta, gamma, rows
+        self.head_w = target.head_rows(rows) if rows is not None else None  # gathered once
         self.max_width = gamma + 1
 
     def begin(self, state: DecodeState, prefill_hidden) -> None:
         pass
 
+    def _logits(self, token: int, pos: int, cache) -> torch.Tensor:
+        t, full = self.t, self.rows is None
+        out = t.forward(torch.tensor([token], device=t.device), cache, pos, head=full, skip=self.skip)
+        return out.logits[-1] if full else t.head(t.norm(out.hidden[-1]), self.head_w)
+
     def propose(self, state: DecodeState) -> Proposal:
-        t, pos, cache = self.t, state.pos, state.cache
-        budget = min(self.gamma, state.max_draft)
+        t, pos = self.t, state.pos
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         tok = state.ids[-1]
-        for i in range(budget):
-            logits = t.forward(torch.tensor([tok], device=t.device), cache, pos + i, head=True,
-                               skip=self.skip).logits[-1].float()
-            if state.temperature > 0:
-                q = torch.softmax(logits / state.temperature, -1)
-                tok = int(torch.multinomial(q, 1, generator=state.generator))
-                qs.append(q)
-                conf = float(q.max())
-            else:
-                tok = int(argmax(logits))
-                conf = float(torch.softmax(logits, -1)[tok])
+        for i in range(min(self.gamma, state.max_draft)):
+            d = draft_vocab.draw(self._logits(tok, pos + i, state.cache), self.rows, t.vocab_size,
+                                 state.temperature, state.generator)
+            tok = d.token
             tokens.append(tok)
-            if conf <= self.eta:
+            if d.q is not None:
+                qs.append(d.q)
+            if d.confidence <= self.eta:
                 break
         return Proposal(tokens, torch.stack(qs) if qs else None)
 
@@ -219,14 +225,18 @@ def _skip(target: TargetModel, options: dict) -> tuple[Skip, dict | None]:
     return parse_skip(options["skip"], target.n_layers), None
 
 
+def _rows(target: TargetModel, options: dict) -> torch.Tensor | None:
+    return draft_vocab.rows(target, "self-spec", options["draft_vocab"], DEFAULT_DRAFT_VOCAB)
+
+
 def build(target: TargetModel, options: dict) -> SelfSpeculative:
-    return SelfSpeculative(target, _skip(target, options)[0], options["eta"], options["gamma"])
+    return SelfSpeculative(target, _skip(target, options)[0], options["eta"], options["gamma"], _rows(target, options))
 
 
 def info(target: TargetModel, options: dict) -> dict:
     skip, found = _skip(target, options)
     out = {"skip": format_skip(skip), "skipped_sublayers": len(skip[0]) + len(skip[1]),
-           "sublayers": 2 * target.n_layers}
+           "sublayers": 2 * target.n_layers, **draft_vocab.describe(target, _rows(target, options))}
     if found is not None:
         out.update(matchness=found["matchness"], full_model_matchness=found["full_model_matchness"],
                    search=found["search"])

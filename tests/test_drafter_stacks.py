@@ -87,9 +87,12 @@ def test_a_stack_name_keeps_its_first_weights_and_a_foreign_layout_is_refused(ti
 
 
 def test_drafter_graphs_compile_in_warm_up_never_while_timing_and_keep_the_greedy_output():
-    """Kangaroo (its shallow layers, then the adapter stack) and EAGLE-2 (its head stack, at tree
-    frontiers) on a compiled float32 target: warm-up compiles the drafter stacks' graphs, the timed
-    run compiles nothing (no new graph, no dynamo recompile), and both give vanilla's tokens."""
+    """Kangaroo (its shallow layers, then the adapter stack), EAGLE-2 (its head stack, at tree
+    frontiers) and early exit (a stack of the target's own first layers with a draft-vocabulary head,
+    writing the target's cache) on a compiled float32 target: warm-up compiles the drafter stacks'
+    graphs, the timed run compiles nothing (no new graph, no dynamo recompile), and all give
+    vanilla's tokens."""
+    from specharness import draft_vocab
     from specharness.plugins import build_registry
     from specharness.runner import Settings, build_method, run_question, warm_up
     from specharness.tasks.specbench import Question
@@ -97,17 +100,22 @@ def test_drafter_graphs_compile_in_warm_up_never_while_timing_and_keep_the_greed
     t.chat_ids = lambda messages: [3 + ord(c) % 40 for m in messages for c in m["content"]]
     t.decode = lambda ids: "".join(chr(97 + i % 26) for i in ids)
     t.compile("default")
+    ranking = draft_vocab.built_path(t)
+    draft_vocab.save(ranking, torch.randperm(48, generator=torch.Generator().manual_seed(1)), None,
+                     {"vocab_size": 48})
     registry = build_registry()
     methods = [build_method(registry, "vanilla", [], t, 0.0),
                build_method(registry, "kangaroo", ["adapter=random", "exit_layer=1", "eta=0", "gamma=1"], t, 0.0),
                # a frontier of one node at depth 2 (the stack at its own positions and mask), one draft kept:
                # verification at widths 1-2 only, so the test compiles few graphs
                build_method(registry, "eagle", ["head=untrained", "draft_vocab=0", "depth=2", "top_k=1",
-                                                "total_tokens=1"], t, 0.0)]
+                                                "total_tokens=1"], t, 0.0),
+               build_method(registry, "early_exit", ["exit_layer=1", "gamma=2", "draft_vocab=20"], t, 0.0)]
+    ranking.unlink()
     settings = Settings(12, warmup=1)
     warm_up(t, methods, [Question("w", "qa", "qa", ["warm up on this"])], settings)
     stacks = {g.stack.split("-")[0] for g in t.backend.graphs if g.stack}
-    assert stacks == {"kangaroo", "eagle"}, sorted(g.describe() for g in t.backend.graphs)
+    assert stacks == {"kangaroo", "eagle", "early_exit"}, sorted(g.describe() for g in t.backend.graphs)
     # every bucket up to each stack's declared widest call (EAGLE: max(top_k, depth + 1) = 3, bucket 4),
     # whether or not the warm-up prompt reached it; Kangaroo's adapter takes at most 2 rows
     assert {g.width for g in t.backend.graphs if g.stack.startswith("eagle")} == {1, 2, 4, "wide"}
@@ -118,5 +126,6 @@ def test_drafter_graphs_compile_in_warm_up_never_while_timing_and_keep_the_greed
     with torch._dynamo.config.patch(error_on_recompile=True):
         outs = {m.name: run_question(t, m, question, settings).generations[0] for m in methods}
     assert not announced, f"compiled while timing: {[k.describe() for k in announced]}"
-    assert outs["kangaroo"].token_ids == outs["vanilla"].token_ids == outs["eagle"].token_ids
-    assert sum(r.drafted for r in outs["kangaroo"].rounds) > 0 and sum(r.drafted for r in outs["eagle"].rounds) > 0
+    assert outs["kangaroo"].token_ids == outs["vanilla"].token_ids == outs["eagle"].token_ids \
+        == outs["early_exit"].token_ids
+    assert all(sum(r.drafted for r in outs[m].rounds) > 0 for m in ("kangaroo", "eagle", "early_exit"))

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from specharness import draft_vocab
 from specharness import selfdistill as sd
 from specharness import training
 from specharness.options import OptionSpec
@@ -54,7 +55,7 @@ HELP = "self-distil an EAGLE head (feature regression + token cross-entropy, noi
 
 def _rows(ds, train_idx: list[int], vocab_size: int, n: int) -> tuple[torch.Tensor, torch.Tensor | None, float]:
     freq = sd.token_frequencies(ds.select(train_idx), vocab_size)
-    order = torch.argsort(-freq.double() + torch.arange(vocab_size) * 1e-9)  # ties: lower id first
+    order = draft_vocab.rank(freq)
     rows = order[:n].contiguous() if n else None
     coverage = float(freq[order[:n]].sum() / freq.sum()) if n else 1.0
     return order, rows, coverage

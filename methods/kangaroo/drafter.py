@@ -33,10 +33,11 @@ from pathlib import Path
 
 import torch
 
+from specharness import draft_vocab
 from specharness.api import DecodeState, Proposal
 from specharness.errors import UsageError
 from specharness.options import OptionSpec, resolve_options
-from specharness.model import TargetModel, argmax, stack_name
+from specharness.model import TargetModel, stack_name
 from specharness.training import checkpoint_summary
 
 from .adapter import Adapter
@@ -114,21 +115,11 @@ class KangarooDrafter:
         start = first
         sampling = state.temperature > 0
         for i in range(budget):
-            logits = self._draft_logits(x, start)
-            if sampling:
-                q = torch.softmax(logits / state.temperature, -1)
-                j = int(torch.multinomial(q, 1, generator=state.generator))
-                conf = float(q.max())
-                full = torch.zeros(t.vocab_size, device=t.device)
-                if self.rows is None:
-                    full = q
-                else:
-                    full[self.rows] = q
-                qs.append(full)
-            else:
-                j = int(argmax(logits))
-                conf = float(torch.softmax(logits, -1)[j])
-            tok = int(self.rows[j]) if self.rows is not None else j
+            d = draft_vocab.draw(self._draft_logits(x, start), self.rows, t.vocab_size, state.temperature,
+                                 state.generator)
+            tok, conf = d.token, d.confidence
+            if d.q is not None:
+                qs.append(d.q)
             tokens.append(tok)
             h = t.layers(torch.tensor([tok], device=t.device), pos + 1 + i, 0, l, state.cache)
             hs.append(h)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from specharness import draft_vocab
 from specharness import selfdistill as sd
 from specharness import training
 from specharness.errors import UsageError
@@ -148,7 +149,7 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
     train_idx, held_idx = sd.split_rows(len(ds), options)
     n_v = options["draft_vocab"]
     freq = sd.token_frequencies(ds.select(train_idx), target.vocab_size)
-    order = torch.argsort(-freq.double() + torch.arange(target.vocab_size) * 1e-9)  # ties: lower id first
+    order = draft_vocab.rank(freq)
     rows = order[:n_v].to(target.device).contiguous() if n_v else None
     subset = target.head_rows(rows) if rows is not None else None  # the draft head's rows, gathered once
     coverage = float(freq[order[:n_v]].sum() / freq.sum()) if n_v else 1.0

@@ -10,7 +10,9 @@ handed over as q) form one draft sequence. ``tree=mc_sim_7b_63`` (the authors' d
 ``tree=sized`` (its most likely paths, as many as the machine's width curve makes cheap): node
 (depth d, rank r) is head d's r-th token, and the engine verifies the whole tree in one forward
 (``specharness.verify``: lossless speculative sampling over the tree; Medusa's own typical
-acceptance is not lossless and is not offered). The drafter keeps no state between rounds.
+acceptance is not lossless and is not offered). The drafter keeps no state between rounds. Each
+head's LM head can be restricted to the ``draft_vocab`` tokens the target writes most often
+(``specharness.draft_vocab``, FR-Spec): drafts are then taken from those tokens only.
 
 Heads come from ``-o heads_path=...``:
   * a directory (or file) in the official Medusa-1 layout: ``medusa_lm_head.pt`` (a state dict of
@@ -32,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from specharness import draft_vocab
 from specharness.api import DecodeState, Proposal
 from specharness.errors import UsageError
 from specharness.model import argmax
@@ -41,6 +44,7 @@ from .checkpoint import CHECKPOINT_NAMES, _find_checkpoint, default_heads_dir, l
 from .heads import MedusaHeads, random_heads
 from .trees import TREES, paths, structure
 
+DEFAULT_DRAFT_VOCAB = 0  # not measured: no Medusa heads ship yet (issue 32, item 4)
 OPTIONS = [
     OptionSpec("heads", "int", 4, "Medusa heads used (head k drafts the k-th token after the current one)", min=1),
     OptionSpec("tree", "str", "chain", "'chain' (one sequence: each head's top token, as the Kangaroo paper "
@@ -55,6 +59,7 @@ OPTIONS = [
                "official Medusa-1 checkpoint (dir with medusa_lm_head.pt + config.json), 'random' for "
                "untrained seeded heads, or empty for the heads 'train medusa' cached for this model",
                locates_weights=True),
+    draft_vocab.option(DEFAULT_DRAFT_VOCAB),
 ]
 
 
@@ -80,12 +85,15 @@ def resolve_heads(target, options: dict) -> MedusaHeads:
 class MedusaDrafter:
     exit_layer = 0  # drafts are verified by a full target forward from the embeddings
 
-    def __init__(self, target, heads: MedusaHeads, tree: str = "chain", tree_size: int = 7) -> None:
-        self.target, self.heads = target, heads
+    def __init__(self, target, heads: MedusaHeads, tree: str = "chain", tree_size: int = 7,
+                 rows: torch.Tensor | None = None) -> None:
+        self.target, self.heads, self.rows = target, heads, rows
+        self.head_w = heads.head_weights(target, rows)  # each head's LM-head rows, gathered once
         self.chain = tree == "chain"
-        # a rank past the vocabulary names no token (a tiny model under mc_sim_7b_63): those paths go;
+        # a rank past the (draft) vocabulary names no token (a tiny model under mc_sim_7b_63): those paths go;
         # a path's prefixes rank no higher, so what is left is still a tree
-        kept = [p for p in paths(tree, heads.n_heads, tree_size) if max(p, default=0) < target.vocab_size]
+        n_vocab = target.vocab_size if rows is None else rows.numel()
+        kept = [p for p in paths(tree, heads.n_heads, tree_size) if max(p, default=0) < n_vocab]
         self.parents, self.picks = structure(kept)
         self.depth_of = [d for d, _ in self.picks]
         self.top = max(r for _, r in self.picks) + 1
@@ -98,13 +106,15 @@ class MedusaDrafter:
         k = min(self.heads.n_heads, state.max_draft)
         if k <= 0:
             return Proposal()
-        logits = self.heads.logits(state.last_hidden, self.target, k)  # [k, V]: head d drafts depth d + 1
+        logits = self.heads.logits(state.last_hidden, self.target, k, self.head_w)  # [k, V']: head d drafts depth d + 1
         if self.chain:  # one sequence: sampled from each head's q when sampling, else each head's top token
             if state.temperature > 0:
                 q = torch.softmax(logits.float() / state.temperature, dim=-1)
-                tokens = torch.multinomial(q, 1, generator=state.generator)[:, 0].tolist()
+                j = torch.multinomial(q, 1, generator=state.generator)[:, 0]
+                q = draft_vocab.to_vocab(q, self.rows, self.target.vocab_size)
             else:
-                q, tokens = None, argmax(logits).tolist()
+                q, j = None, argmax(logits)
+            tokens = (j if self.rows is None else self.rows[j]).tolist()
             eos = self.target.eos_ids
             for i, tok in enumerate(tokens):
                 if tok in eos:  # nothing after an end of sequence can be kept
@@ -113,7 +123,8 @@ class MedusaDrafter:
             return Proposal(tokens, q)
         # a tree: node (depth d, rank r) takes head d's r-th most likely token; chosen deterministically,
         # so sampling verifies them as point masses (Medusa's typical acceptance is not lossless)
-        ranked = logits.topk(min(self.top, logits.shape[-1]), dim=-1).indices.tolist()
+        ranked = logits.topk(min(self.top, logits.shape[-1]), dim=-1).indices
+        ranked = (ranked if self.rows is None else self.rows[ranked]).tolist()
         keep = [i for i, d in enumerate(self.depth_of) if d < k]  # paths the remaining budget allows
         where = {i: j for j, i in enumerate(keep)}
         tokens = [ranked[self.depth_of[i]][self.picks[i][1]] for i in keep]
@@ -124,8 +135,13 @@ class MedusaDrafter:
         pass
 
 
+def _rows(target, options: dict) -> torch.Tensor | None:
+    return draft_vocab.rows(target, "medusa", options["draft_vocab"], DEFAULT_DRAFT_VOCAB)
+
+
 def build(target, options: dict) -> MedusaDrafter:
-    return MedusaDrafter(target, resolve_heads(target, options), options["tree"], options["tree_size"])
+    return MedusaDrafter(target, resolve_heads(target, options), options["tree"], options["tree_size"],
+                         _rows(target, options))
 
 
 def extra_params(target, options: dict) -> int:
@@ -136,4 +152,4 @@ def heads_info(target, options: dict) -> dict:
     """The variant, for the report: own LM heads (Medusa-1) or the target's shared one, and the tree."""
     heads = resolve_heads(target, options)
     return {"lm_head": "own" if heads.own_head else "shared", "tree": options["tree"] if options["tree"] != "sized"
-            else f"sized ({options['tree_size']})"}
+            else f"sized ({options['tree_size']})", **draft_vocab.describe(target, _rows(target, options))}

@@ -67,12 +67,22 @@ class MedusaHeads(nn.Module):
             out.append(x)
         return torch.stack(out)
 
-    def logits(self, h: torch.Tensor, target, n: int | None = None) -> torch.Tensor:
-        """[n, *h.shape[:-1], V]: head k's logits for the token k+1 positions after h's own."""
-        x = self.features(h, n)
+    def head_weights(self, target, rows: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """Each head's LM-head weight (its own, or the target's shared one), restricted to the draft
+        vocabulary's ``rows`` (token ids) when given: gathered once, by whoever drafts with them."""
         if not self.own_head:
-            return target.head(x)
-        return torch.stack([head[-1](x[i]) for i, head in enumerate(list(self.heads)[:x.shape[0]])])
+            return [target.head_weight if rows is None else target.head_rows(rows)] * self.n_heads
+        return [head[-1].weight if rows is None else head[-1].weight[rows].contiguous() for head in self.heads]
+
+    def logits(self, h: torch.Tensor, target, n: int | None = None,
+               weights: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """[n, *h.shape[:-1], V]: head k's logits for the token k+1 positions after h's own, over the
+        rows of ``weights`` (``head_weights``; default: every token)."""
+        x = self.features(h, n)
+        weights = weights or self.head_weights(target)
+        if weights[0] is weights[-1]:  # one shared head: one matmul for every head
+            return F.linear(x, weights[0])
+        return torch.stack([F.linear(x[i], weights[i]) for i in range(x.shape[0])])
 
     @property
     def n_parameters(self) -> int:

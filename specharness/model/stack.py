@@ -30,7 +30,7 @@ class DecoderStack(nn.Module):
     def __init__(self, layers: list[LayerWeights], embed_weight: torch.Tensor, norm_weight: torch.Tensor,
                  head_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float, shape: HeadShape,
                  attention: Attention, in_proj: tuple[torch.Tensor, torch.Tensor | None] | None = None,
-                 max_width: int = 1) -> None:
+                 max_width: int = 1, cache_layers: int | None = None) -> None:
         super().__init__()
         P = lambda x: nn.Parameter(x, requires_grad=False)  # noqa: E731  (shares the tensor's storage)
         self.wqkv = nn.ParameterList([P(w.attn.wqkv) for w in layers])
@@ -52,6 +52,10 @@ class DecoderStack(nn.Module):
         self.in_w = P(in_proj[0]) if in_proj is not None else None
         self.in_b = P(in_proj[1]) if in_proj is not None and in_proj[1] is not None else None
         self.max_width = max_width  # a drafter stack's widest call (warm-up compiles its buckets up to it)
+        # layers in the caches it writes: its own (a drafter head's cache), or the target's when the stack
+        # is the target's own first layers (early exit's draft); warm-up's caches must match, as graphs
+        # specialise on it
+        self.cache_layers = cache_layers or len(layers)
 
     @property
     def input_size(self) -> int:

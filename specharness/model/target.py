@@ -293,7 +293,7 @@ class TargetModel:
 
     def add_stack(self, name: str, layers: list[LayerWeights], norm_weight: torch.Tensor, head_weight: torch.Tensor,
                   in_proj: tuple[torch.Tensor, torch.Tensor | None] | None = None,
-                  shape: HeadShape | None = None, max_width: int = 1) -> str:
+                  shape: HeadShape | None = None, max_width: int = 1, cache_layers: int | None = None) -> str:
         """Run a drafter head of the target's layout (its decoder layers, final norm and LM head rows,
         optionally an input projection) through the target's own backend: ``forward(..., stack=name)``.
         It then runs exactly as the target does (the target's layer code, attention kernels, rotary
@@ -302,7 +302,9 @@ class TargetModel:
         says which weights it holds: one already added is kept, with its compiled graphs, and the
         tensors passed again are not read. ``max_width``: the most positions one of its forwards holds;
         warm-up compiles its width buckets up to that, whatever the warm-up prompt happened to need
-        (EAGLE's warm-up may never accept enough drafts to run its head over 5 rows). Returns ``name``."""
+        (EAGLE's warm-up may never accept enough drafts to run its head over 5 rows). ``cache_layers``: the
+        layers of the caches it writes when not its own number (a stack of the target's first layers
+        writes the target's cache). Returns ``name``."""
         if name in self.backend.stacks:
             return name
         if not name:
@@ -311,7 +313,7 @@ class TargetModel:
             raise ValueError(f"a drafter stack's head layout {shape} differs from the target's {self.shape}: the "
                              "target's cache and kernels assume its own")
         stack = DecoderStack(layers, self.embed_weight, norm_weight, head_weight, self._cos, self._sin, self.eps,
-                             self.shape, self.attention, in_proj, max_width)
+                             self.shape, self.attention, in_proj, max_width, cache_layers)
         self.backend.add_stack(name, stack)
         return name
 
@@ -354,7 +356,7 @@ class TargetModel:
         before = len(self.backend.graphs)
         with torch.inference_mode():  # the engine's tensors are inference tensors, and graphs guard on that
             # a cache as the run's are: a stack's graphs specialise on its cache's number of layers
-            caches = {name: self.new_cache(256, n_layers=self.backend.stacks[name].n_layers)
+            caches = {name: self.new_cache(256, n_layers=self.backend.stacks[name].cache_layers)
                       for name in {sig[-1] for sig in seen}}
             for (a, b, head, capture, ids, skip, stack), top in seen.items():
                 size, cache = self.backend.stacks[stack].input_size, caches[stack]
