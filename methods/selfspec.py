@@ -37,7 +37,7 @@ from specharness.errors import UsageError
 from specharness.hookspecs import DrafterSpec, hookimpl
 from specharness.options import OptionSpec
 from specharness.paths import cache_root, model_slug, write_text_atomic
-from specharness.model import Skip, TargetModel, argmax
+from specharness.model import Skip, TargetModel, argmax, read_bytes
 
 DEFAULT_DRAFT_VOCAB = 4096  # measured: results/smollm2-cpu-epyc-draft-vocab
 OPTIONS = [
@@ -187,6 +187,8 @@ class SelfSpeculative:
                  rows: torch.Tensor | None = None) -> None:
         self.t, self.skip, self.eta, self.gamma, self.rows = target, skip, eta, gamma, rows
         self.head_w = target.head_rows(rows) if rows is not None else None  # gathered once
+        self.draft_bytes = read_bytes(target.layers_w, target.norm_weight,
+                                      target.head_weight if rows is None else self.head_w, skip=skip)
         self.max_width = gamma + 1
 
     def begin(self, state: DecodeState, prefill_hidden) -> None:

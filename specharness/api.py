@@ -106,6 +106,10 @@ class Drafter(Protocol):
     def commit(self, state: DecodeState, verified: Verified) -> None:
         """Called after the cache was cut back to the accepted path."""
 
+    # optional: bytes of weights one draft token reads (``specharness.model.read_bytes``); the profile
+    # divides a drafted token's measured cost by these over the memory bandwidth (its byte roofline)
+    draft_bytes: int
+
     # optional: seconds of ``begin`` that are no cost of the method (an oracle's look-ahead); the
     # engine leaves them out of the prefill round and of the wall time
     untimed_s: float

@@ -40,7 +40,7 @@ from .results import provenance
 from .report.figures import style
 from .runner import Settings, build_method
 from .timing import clock_for
-from .model import WIDTH_BUCKETS
+from .model import WIDTH_BUCKETS, read_bytes
 from .session import EngineRequest, Session
 
 WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64)
@@ -81,9 +81,7 @@ def bandwidth_method(device: str) -> str:
 def weight_bytes(target) -> int:
     """Bytes one decoding step reads: every matmul's weight, the LM head's included, and the norms
     (the embedding lookup reads one row; a tied head is counted once, as the matmul that reads it)."""
-    per = target.dtype.itemsize if hasattr(target.dtype, "itemsize") else torch.finfo(target.dtype).bits // 8
-    norms = sum(w.ln1.numel() + w.ln2.numel() for w in target.layers_w) + target.norm_weight.numel()
-    return (sum(o * i * n for o, i, n in _linear_shapes(target)) + norms) * per
+    return read_bytes(target.layers_w, target.norm_weight, target.head_weight)
 
 
 def _linear_shapes(target) -> list[tuple[int, int, int]]:
@@ -260,6 +258,7 @@ def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=pri
         out[name] = {"method": method.name, "draft_fixed_ms": 1e3 * fixed, "draft_per_token_ms": 1e3 * per,
                      "bookkeeping_ms": 1e3 * statistics.mean(r.accept_s for r in rounds),
                      "mean_drafted": statistics.mean(ks), "rounds": len(rounds), "options": method.options,
+                     "draft_bytes": method.draft_bytes,
                      "weights_options": _weights_options(registry, method)}
         log(f"profile: {name}: draft {1e3 * fixed:.2f} ms + {1e3 * per:.2f} ms/token, bookkeeping "
             f"{out[name]['bookkeeping_ms']:.2f} ms/round")
@@ -389,9 +388,13 @@ def markdown(p: dict) -> str:
                      "measured here, so the floor's T=8 / T=1 and T=32 / T=1 are the flattest width curve this "
                      "machine allows.")
     if p.get("drafters"):
-        lines += ["\n| drafter | draft ms/round (fixed) | draft ms per token | bookkeeping ms/round |", "|---|---|---|---|"]
-        lines += [f"| {n} | {d['draft_fixed_ms']:.2f} | {d['draft_per_token_ms']:.2f} | {d['bookkeeping_ms']:.2f} |"
-                  for n, d in p["drafters"].items()]
+        lines += ["\n| drafter | draft ms/round (fixed) | draft ms per token | its byte roofline (MB read) | "
+                  "per token / roofline | bookkeeping ms/round |", "|---|---|---|---|---|---|"]
+        lines += [f"| {n} | {d['draft_fixed_ms']:.2f} | {d['draft_per_token_ms']:.2f} | {_draft_roofline(d, p)} | "
+                  f"{bytes_ratio(d, p['bandwidth_gbs'])} | {d['bookkeeping_ms']:.2f} |" for n, d in p["drafters"].items()]
+        lines.append("\n*its byte roofline*: the weights one draft token reads (the drafter's ``draft_bytes``: its "
+                     "layers, norms and head rows) over the bandwidth measured in this profile; a drafter that reads "
+                     "none (retrieval) has no roofline.")
     if p.get("left_out"):
         lines.append(f"\nLeft out (could not be built here; the profile's log says why): {', '.join(p['left_out'])}.")
     if p.get("decoders"):
@@ -404,6 +407,21 @@ def markdown(p: dict) -> str:
                      "forwards (by width, above) and generate's per-step overhead (generate's step minus its "
                      "one-position forward).")
     return "\n".join(lines) + "\n"
+
+
+def draft_roofline_ms(d: dict, gbs: float) -> float | None:
+    """ms one draft token would take at the memory bandwidth: its weight bytes / ``gbs``."""
+    return d["draft_bytes"] / gbs / 1e6 if d.get("draft_bytes") else None
+
+
+def bytes_ratio(d: dict, gbs: float) -> str:
+    roof = draft_roofline_ms(d, gbs)
+    return f"{d['draft_per_token_ms'] / roof:.2f}" if roof else "-"
+
+
+def _draft_roofline(d: dict, p: dict) -> str:
+    roof = draft_roofline_ms(d, p["bandwidth_gbs"])
+    return f"{roof:.2f} ms ({d['draft_bytes'] / 1e6:.1f})" if roof else "-"
 
 
 def figure(p: dict, path: Path) -> None:

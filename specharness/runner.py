@@ -52,6 +52,7 @@ class Method:
     info: dict = field(default_factory=dict)  # the drafter's own description (DrafterSpec.info)
     max_width: int = 1  # widest verification forward the method can ask for (compiled before timing)
     verify_layer: int = 0  # the layer its drafts enter verification at (the drafter's exit layer)
+    draft_bytes: int = 0  # weights one draft token reads (the drafter's byte roofline; 0: none, or not said)
 
     def __post_init__(self) -> None:
         self.label = self.label or self.name
@@ -108,7 +109,8 @@ def build_method(registry: Registry, name: str, raw_options: list[str] | dict, t
     extra = spec.params(target, options) if spec.params else 0
     info = spec.info(target, options) if spec.info else {}
     return Method(name, options, vname, run, extra, changed, defaults, info=info,
-                  max_width=int(getattr(drafter, "max_width", 1)), verify_layer=int(getattr(drafter, "exit_layer", 0)))
+                  max_width=int(getattr(drafter, "max_width", 1)), verify_layer=int(getattr(drafter, "exit_layer", 0)),
+                  draft_bytes=int(getattr(drafter, "draft_bytes", 0)))
 
 
 def question_seed(seed: int, question_id) -> int:

@@ -37,7 +37,7 @@ from specharness import draft_vocab
 from specharness.api import DecodeState, Proposal
 from specharness.errors import UsageError
 from specharness.options import OptionSpec, resolve_options
-from specharness.model import TargetModel, stack_name
+from specharness.model import TargetModel, read_bytes, stack_name
 from specharness.training import checkpoint_summary
 
 from .adapter import Adapter
@@ -77,6 +77,9 @@ class KangarooDrafter:
                                       adapter.norm.weight.detach(), head,
                                       max_width=2)  # a round's adapter rows: the last accepted draft + the current
         self.skip = ((), ()) if adapter.ffn else ((), (0,))  # the published adapter has no feed-forward block
+        # a draft token: the shallow layers' pass, then the adapter block, its norm and the head rows
+        self.draft_bytes = read_bytes(target.layers_w[:exit_layer]) + read_bytes(
+            [adapter.layer_weights()], adapter.norm.weight, head, skip=self.skip)
         self.cache = None
         self.pending: torch.Tensor | None = None  # layer-l states not yet in the adapter cache
         self.stats = {"rounds": 0, "drafted": 0, "adapter_rows": 0}

@@ -89,6 +89,10 @@ class MedusaDrafter:
                  rows: torch.Tensor | None = None) -> None:
         self.target, self.heads, self.rows = target, heads, rows
         self.head_w = heads.head_weights(target, rows)  # each head's LM-head rows, gathered once
+        # a draft token's share of one drafting step: every head's blocks and head rows (a shared head once)
+        blocks = sum(p.numel() * p.element_size() for n, p in heads.named_parameters() if ".linear." in n)
+        self.draft_bytes = (blocks + sum({id(w): w.numel() * w.element_size() for w in self.head_w}.values())) \
+            // heads.n_heads
         self.chain = tree == "chain"
         # a rank past the (draft) vocabulary names no token (a tiny model under mc_sim_7b_63): those paths go;
         # a path's prefixes rank no higher, so what is left is still a tree

@@ -8,6 +8,7 @@ draft layer and Kangaroo's adapter block run this same code, never a copy of it.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -193,6 +194,25 @@ class LayerWeights:
     ln2: torch.Tensor
     w_gate_up: torch.Tensor
     w_down: torch.Tensor
+
+
+def read_bytes(layers: list[LayerWeights], *tensors: torch.Tensor | None,
+               skip: tuple[Collection[int], Collection[int]] = ((), ())) -> int:
+    """Bytes one position's forward reads from these weights: each layer's attention block (unless
+    ``skip[0]`` holds its index) and MLP block (unless ``skip[1]`` does), and ``tensors`` (norms, an
+    LM head or its draft rows), each tensor counted once. The byte roofline of a step is this over
+    the memory bandwidth."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        if t is not None:
+            seen[id(t)] = t.numel() * t.element_size()
+    for i, w in enumerate(layers):
+        parts = ((w.ln1, w.attn.wqkv, w.attn.bqkv, w.attn.wo) if i not in skip[0] else ()) + \
+                ((w.ln2, w.w_gate_up, w.w_down) if i not in skip[1] else ())
+        for t in parts:
+            if t is not None:
+                seen[id(t)] = t.numel() * t.element_size()
+    return sum(seen.values())
 
 
 def self_attention(x: torch.Tensor, w: AttentionWeights, shape: HeadShape, cos: torch.Tensor, sin: torch.Tensor,

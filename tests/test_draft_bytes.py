@@ -1,0 +1,75 @@
+"""The bytes of weights a draft token reads (``read_bytes``, each drafter's ``draft_bytes``), counted
+against the transformers model's own parameters, and the profile's per-token cost / byte roofline."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specharness.model import TargetModel, read_bytes
+from specharness.options import resolve_options
+from specharness.plugins import build_registry
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return TargetModel.tiny("llama", vocab_size=40, n_layers=4, hidden_size=32, seed=3)
+
+
+def nbytes(params) -> int:
+    return sum(p.numel() * p.element_size() for p in params)
+
+
+def hf_layer(tiny, i: int, part: str) -> int:
+    layer = tiny.hf.model.layers[i]
+    if part == "attn":
+        return nbytes(layer.self_attn.parameters()) + nbytes(layer.input_layernorm.parameters())
+    return nbytes(layer.mlp.parameters()) + nbytes(layer.post_attention_layernorm.parameters())
+
+
+def test_a_step_reads_every_parameter_but_the_embedding_lookup(tiny):
+    tied = tiny.hf.lm_head.weight is tiny.hf.model.embed_tokens.weight
+    want = nbytes(tiny.hf.parameters()) - (0 if tied else nbytes(tiny.hf.model.embed_tokens.parameters()))
+    assert read_bytes(tiny.layers_w, tiny.norm_weight, tiny.head_weight) == want
+
+
+def test_skipped_sublayers_are_not_read(tiny):
+    full = read_bytes(tiny.layers_w)
+    assert read_bytes(tiny.layers_w, skip=((1,), (2, 3))) == \
+        full - hf_layer(tiny, 1, "attn") - hf_layer(tiny, 2, "mlp") - hf_layer(tiny, 3, "mlp")
+
+
+def _drafter(tiny, method: str, options: list[str]):
+    spec = build_registry().method(method)
+    return spec.build(tiny, resolve_options(method, spec.options, options))
+
+
+def test_each_drafter_says_what_a_draft_token_reads(tiny):
+    elt, H = tiny.head_weight.element_size(), tiny.hidden_size
+    head = tiny.vocab_size * H * elt
+    norm = nbytes([tiny.norm_weight])
+    shallow = sum(hf_layer(tiny, i, p) for i in range(2) for p in ("attn", "mlp"))
+    assert _drafter(tiny, "early_exit", ["exit_layer=2"]).draft_bytes == shallow + norm + head
+    kg = _drafter(tiny, "kangaroo", ["exit_layer=2", "adapter=random"])
+    adapter = kg.adapter  # the published layout: attention block and norms, no MLP
+    assert kg.draft_bytes == shallow + nbytes(adapter.parameters()) + head
+    ss = _drafter(tiny, "self-spec", ["skip=a1,m2"])
+    assert ss.draft_bytes == read_bytes(tiny.layers_w) - hf_layer(tiny, 1, "attn") - hf_layer(tiny, 2, "mlp") \
+        + norm + head
+    md = _drafter(tiny, "medusa", ["heads_path=random", "heads=3"])  # shared head: read once for the 3 heads
+    blocks = nbytes(md.heads.parameters())
+    assert md.draft_bytes == (blocks + head) // 3
+
+
+def test_the_profile_gives_per_token_cost_over_the_byte_roofline():
+    from specharness.profile import markdown
+    p = {"model": "m", "cpu": "c", "threads": 2, "torch": "t", "bandwidth_gbs": 20.0, "command": "x",
+         "rooflines": {"bfloat16": {"ms": 13.5}}, "hf_generate": {}, "configs": [],
+         "chosen": {"dtype": "bfloat16", "compile": "max-autotune"},
+         "drafters": {"early_exit": {"draft_fixed_ms": 1.0, "draft_per_token_ms": 3.0, "bookkeeping_ms": 0.4,
+                                     "draft_bytes": 20_000_000},  # 1 ms at 20 GB/s
+                      "pld": {"draft_fixed_ms": 0.0, "draft_per_token_ms": 0.0, "bookkeeping_ms": 0.5,
+                              "draft_bytes": 0}}}
+    text = markdown(p)
+    assert "| early_exit | 1.00 | 3.00 | 1.00 ms (20.0) | 3.00 | 0.40 |" in text
+    assert "| pld | 0.00 | 0.00 | - | - | 0.50 |" in text
