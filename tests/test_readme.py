@@ -71,6 +71,10 @@ def _argv(command: str, i: int, workdir: Path) -> list[str]:
     argv = shlex.split(command)
     sub = argv[0]
     extra = list(SHRINK.get(sub, []))
+    if sub == "train":  # a trainer gets the shrinking options it has ('train draft-vocab' trains no epochs)
+        from specharness.plugins import build_registry
+        has = {o.name for o in build_registry().trainer(argv[1]).options}
+        extra = [x for flag, opt in zip(extra[::2], extra[1::2]) if opt.split("=")[0] in has for x in (flag, opt)]
     if "self-spec" in argv and sub == "run":  # its one-time layer-skip search: 2 masks instead of 48
         extra += ["-o", "trials=2"]
     if "--workers" in argv:  # one 1-thread worker fits the 2-CPU local cluster the test starts
