@@ -34,7 +34,7 @@ from specharness import draft_vocab
 from specharness.api import DecodeState, Proposal
 from specharness.errors import UsageError
 from specharness.hookspecs import DrafterSpec, OptionSpec, hookimpl
-from specharness.model import TargetModel, read_bytes, stack_name
+from specharness.model import TargetModel, stack_name
 
 DEFAULT_DRAFT_VOCAB = 4096  # measured: results/smollm2-cpu-epyc-draft-vocab
 OPTIONS = [
@@ -66,7 +66,7 @@ class EarlyExitDrafter:
         self.stack = target.add_stack(stack_name("early_exit", source, exit_layer, None if rows is None else rows.numel()),
                                       target.layers_w[:exit_layer], target.norm_weight, head,
                                       cache_layers=target.n_layers)
-        self.draft_bytes = read_bytes(target.layers_w[:exit_layer], target.norm_weight, head)  # per draft token
+        self.draft_bytes = target.backend.stacks[self.stack].read_bytes()  # a draft token: one pass of the stack
 
     def begin(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
         pass  # the engine's prefill already wrote layers [0, l) of the prompt

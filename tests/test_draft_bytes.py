@@ -4,7 +4,6 @@ against the transformers model's own parameters, and the profile's per-token cos
 from __future__ import annotations
 
 import pytest
-import torch
 
 from specharness.model import TargetModel, read_bytes
 from specharness.options import resolve_options
@@ -56,6 +55,9 @@ def test_each_drafter_says_what_a_draft_token_reads(tiny):
     ss = _drafter(tiny, "self-spec", ["skip=a1,m2"])
     assert ss.draft_bytes == read_bytes(tiny.layers_w) - hf_layer(tiny, 1, "attn") - hf_layer(tiny, 2, "mlp") \
         + norm + head
+    eagle = _drafter(tiny, "eagle", ["head=untrained", "draft_vocab=0"])
+    head_params = dict(eagle.head.named_parameters())
+    assert eagle.draft_bytes == nbytes(head_params.values()) + head  # every parameter of the head, and the LM head
     md = _drafter(tiny, "medusa", ["heads_path=random", "heads=3"])  # shared head: read once for the 3 heads
     blocks = nbytes(md.heads.parameters())
     assert md.draft_bytes == (blocks + head) // 3

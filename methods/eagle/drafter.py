@@ -60,6 +60,8 @@ class EagleDrafter:
         # the head -> its norm -> the LM head rows as a stack of the target's, run through its backend; its
         # widest call: a frontier of top_k nodes, or a commit of depth accepted drafts + the target's token
         self.stack = head.add_to(target, stack or stack_name("eagle", None), self.subset, max(top_k, depth + 1))
+        # one head pass (a depth of the tree, or a chain's draft): its layer, projection, norm and head rows
+        self.draft_bytes = target.backend.stacks[self.stack].read_bytes()
         self.cache = None
         self.root_logp: torch.Tensor | None = None  # draft log-probs of the token after the current one
         self.root_feat: torch.Tensor | None = None  # the head's predicted feature at the current position

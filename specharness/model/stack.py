@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .layers import Attention, AttentionWeights, HeadShape, LayerWeights, decoder_layer, rms_norm
+from .layers import Attention, AttentionWeights, HeadShape, LayerWeights, decoder_layer, read_bytes, rms_norm
 
 _UNNAMED = itertools.count()
 
@@ -61,6 +61,12 @@ class DecoderStack(nn.Module):
     def input_size(self) -> int:
         """Width of a hidden-state input row (the projection's input when the stack has one)."""
         return self.in_w.shape[1] if self.in_w is not None else self.norm_weight.shape[0]
+
+    def read_bytes(self, skip: Skip = ((), ())) -> int:
+        """Bytes of weights one position's forward with the head reads (``layers.read_bytes``): its
+        layers but ``skip``'s sublayers, its input projection, final norm and head rows."""
+        return read_bytes([self.layer(i) for i in range(self.n_layers)], self.in_w, self.in_b, self.norm_weight,
+                          self.head_weight, skip=skip)
 
     @property
     def n_layers(self) -> int:
