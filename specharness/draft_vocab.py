@@ -98,19 +98,29 @@ def option(default: int) -> OptionSpec:
                       min=-1)
 
 
-def rows(target, method: str, n: int, default: int) -> torch.Tensor | None:
-    """The draft head's token ids for ``-o draft_vocab=n`` (None = the full head)."""
-    ranking = model_ranking(target)
+def select(ranking: torch.Tensor | None, n: int, default: int, vocab_size: int, method: str,
+           missing: str) -> torch.Tensor | None:
+    """The first ``n`` token ids of ``ranking`` for ``-o draft_vocab=n`` (None = the full head); -1 =
+    ``default`` where there is a ranking, else the full head. ``missing`` ends the error for a size
+    asked of no ranking (what to do instead)."""
     if n == -1:
         n = default if ranking is not None else 0
-    if n == 0 or n >= target.vocab_size:
+    if n == 0 or n >= vocab_size:
         return None
     if ranking is None:
-        raise UsageError(f"option {method}.draft_vocab={n}: there is no token ranking for '{target.name}'; build "
-                         "one with 'python -m specharness train draft-vocab', or use draft_vocab=0 (full head)")
+        raise UsageError(f"option {method}.draft_vocab={n}: {missing}")
     if n > ranking.numel():
-        raise UsageError(f"option {method}.draft_vocab={n} exceeds the {ranking.numel()} tokens the ranking holds")
-    return ranking[:n].to(target.device).contiguous()
+        raise UsageError(f"option {method}.draft_vocab={n} exceeds the {ranking.numel()} tokens ranked; use a "
+                         "smaller value or 0 (full head)")
+    return ranking[:n].contiguous()
+
+
+def rows(target, method: str, n: int, default: int) -> torch.Tensor | None:
+    """The draft head's token ids from the model's ranking for ``-o draft_vocab=n`` (None = the full head)."""
+    picked = select(model_ranking(target), n, default, target.vocab_size, method,
+                    f"there is no token ranking for '{target.name}'; build one with 'python -m specharness train "
+                    "draft-vocab', or use draft_vocab=0 (full head)")
+    return None if picked is None else picked.to(target.device)
 
 
 def describe(target, token_ids: torch.Tensor | None) -> dict:

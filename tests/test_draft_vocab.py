@@ -77,6 +77,18 @@ def test_rows_with_a_ranking(tiny, ranking):
     assert draft_vocab.describe(tiny, draft_vocab.rows(tiny, "m", 5, 4))["draft_vocab"] == 5
 
 
+def test_select_serves_trained_drafters_rankings_too():
+    """Kangaroo's adapter and EAGLE's head store their own ranking: the same rule, their own words."""
+    ranking = torch.tensor([4, 2, 9, 0])
+    assert draft_vocab.select(ranking, -1, 3, 10, "eagle", "-").tolist() == [4, 2, 9]  # the trained size
+    assert draft_vocab.select(None, -1, 3, 10, "eagle", "-") is None  # nothing ranked: the full head
+    with pytest.raises(UsageError, match="eagle.draft_vocab=2: this head stores no token frequencies") as err:
+        draft_vocab.select(None, 2, 0, 10, "eagle", "this head stores no token frequencies; use 0")
+    assert "\n" not in str(err.value)
+    with pytest.raises(UsageError, match="exceeds the 4 tokens ranked"):
+        draft_vocab.select(ranking, 6, 0, 10, "kangaroo", "-")
+
+
 def test_a_ranking_for_another_vocabulary_is_refused(tiny):
     path = draft_vocab.built_path(tiny)
     draft_vocab.save(path, torch.arange(VOCAB * 2), None, {"model": tiny.name, "vocab_size": VOCAB * 2})

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from specharness.draft_vocab import select as select_draft_rows
 from specharness.checkpoint import read_state_dict
 from specharness.errors import UsageError
 from specharness.paths import model_slug
@@ -79,11 +80,8 @@ def load_head(path: Path | str, target: TargetModel, draft_vocab: int = -1) -> t
         head = head.to(device=target.device, dtype=target.dtype).eval()
         trained_vocab = int(cfg.get("draft_vocab") or 0)
     head.requires_grad_(False)
-    n = trained_vocab if draft_vocab == -1 else draft_vocab
-    if n and order is None:
-        raise UsageError(f"option eagle.draft_vocab={draft_vocab}: this head stores no token frequencies; use 0")
-    if n and n > (order.numel() if order is not None else 0):
-        raise UsageError(f"option eagle.draft_vocab={n} exceeds the {order.numel()} tokens this head ranked")
-    rows = order[:n].to(target.device).contiguous() if n else None
+    rows = select_draft_rows(order, draft_vocab, trained_vocab, target.vocab_size, "eagle",
+                             "this head stores no token frequencies; use 0")
+    rows = rows.to(target.device) if rows is not None else None
     target.memo[key] = (head, rows)
     return head, rows

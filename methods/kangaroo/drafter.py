@@ -184,17 +184,9 @@ def _draft_rows(target: TargetModel, opts: dict, vocab: torch.Tensor | None, cfg
             raise UsageError(f"option kangaroo.draft_vocab={n}: this adapter has its own LM head over "
                              f"{own_head_rows} tokens; leave draft_vocab at -1")
         return None if own_head_rows == target.vocab_size else vocab[:own_head_rows].contiguous()
-    if n == -1:
-        n = int((cfg.get("specharness") or {}).get("draft_vocab") or 0) if vocab is not None else 0
-    if n == 0 or n >= target.vocab_size:
-        return None
-    if vocab is None:
-        raise UsageError(f"option kangaroo.draft_vocab={n} needs an adapter that stores its token frequencies "
-                         "(ours do; this one does not); use draft_vocab=0")
-    if n > vocab.numel():
-        raise UsageError(f"option kangaroo.draft_vocab={n} exceeds the {vocab.numel()} tokens this adapter "
-                         "ranked; use a smaller value or 0 (full head)")
-    return vocab[:n].contiguous()
+    trained = int((cfg.get("specharness") or {}).get("draft_vocab") or 0)
+    return draft_vocab.select(vocab, n, trained, target.vocab_size, "kangaroo", "it needs an adapter that stores "
+                              "its token frequencies (ours do; this one does not); use draft_vocab=0")
 
 
 def build(target: TargetModel, options: dict, drafter_class: type = None) -> KangarooDrafter:
