@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from .errors import UsageError
+from .model.layers import argmax
 from .hookspecs import TrainerSpec, hookimpl
 from .options import OptionSpec
 from .paths import cache_root, model_slug
@@ -149,19 +150,17 @@ def draw(logits: torch.Tensor, token_ids: torch.Tensor | None, vocab_size: int, 
     """One draft token from a draft head's logits over ``token_ids`` (None = every token): the first
     argmax (greedy), or a sample at ``temperature`` whose q, zero outside the subset, goes to
     verification. ``confidence``: the top-1 probability at the decoding temperature (1 when greedy),
-    NaN when not asked for. One host sync for token and confidence together."""
-    logits = logits.float()
-    q = None
+    NaN when not asked for. Host reads of single values, not extra tensor ops: on a CPU a tensor op
+    costs 3-10 us and a read ~1 (4096 bfloat16 logits: 8 us without the confidence, 34 with it)."""
     if temperature > 0:
-        probs = torch.softmax(logits / temperature, dim=-1)
-        j, top = torch.multinomial(probs, 1, generator=generator)[0], probs.max()
-        q = to_vocab(probs, token_ids, vocab_size)
+        probs = torch.softmax(logits.float() / temperature, dim=-1)
+        j = int(torch.multinomial(probs, 1, generator=generator))
+        conf, q = float(probs.max()), to_vocab(probs, token_ids, vocab_size)
     else:
-        best, j = logits.max(dim=-1)  # the first largest, as argmax (specharness.model.argmax)
-        top = torch.exp(best - torch.logsumexp(logits, dim=-1)) if confidence else torch.full_like(best, float("nan"))
-    tok = j if token_ids is None else token_ids[j]
-    token, conf = torch.stack([tok.double(), top.double()]).tolist()
-    return Draw(int(token), q, conf)
+        j = int(argmax(logits))
+        conf = float(torch.softmax(logits, dim=-1, dtype=torch.float32)[j]) if confidence else float("nan")
+        q = None
+    return Draw(j if token_ids is None else int(token_ids[j]), q, conf)
 
 
 # ---- building a model's ranking ------------------------------------------------------------------
