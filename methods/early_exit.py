@@ -64,7 +64,7 @@ class EarlyExitDrafter:
         self.target, self.exit_layer, self.gamma, self.eta, self.rows = target, exit_layer, gamma, eta, rows
         self.max_width = gamma + 1  # the widest verification forward (compiled before timing)
         head = target.head_weight if rows is None else target.head_rows(rows)
-        source = str(draft_vocab.ranking_path(target)) if rows is not None else "full-head"
+        source = draft_vocab.ranking_path(target) if rows is not None else "full-head"  # a Path: named with its mtime
         self.stack = target.add_stack(stack_name("early_exit", source, exit_layer, None if rows is None else rows.numel()),
                                       target.layers_w[:exit_layer], target.norm_weight, head,
                                       cache_layers=target.n_layers)

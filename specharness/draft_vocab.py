@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 from .errors import UsageError
-from .model.layers import argmax
 from .hookspecs import TrainerSpec, hookimpl
+from .model.layers import argmax
 from .options import OptionSpec
 from .paths import cache_root, model_slug
 
@@ -131,6 +131,11 @@ def describe(target, token_ids: torch.Tensor | None) -> dict:
     return {"draft_vocab": int(token_ids.numel()), "draft_vocab_source": str(ranking_path(target))}
 
 
+def tokens(j: torch.Tensor, token_ids: torch.Tensor | None) -> torch.Tensor:
+    """Token ids of draft-head rows ``j`` (any shape): the draft vocabulary's mapping, one gather."""
+    return j if token_ids is None else token_ids[j]
+
+
 def to_vocab(q: torch.Tensor, token_ids: torch.Tensor | None, vocab_size: int) -> torch.Tensor:
     """A draft distribution over ``token_ids`` (last dim) as one over the whole vocabulary: zero elsewhere."""
     if token_ids is None:
@@ -160,7 +165,7 @@ def draw(logits: torch.Tensor, token_ids: torch.Tensor | None, vocab_size: int, 
         j = int(argmax(logits))
         conf = float(torch.softmax(logits, dim=-1, dtype=torch.float32)[j]) if confidence else float("nan")
         q = None
-    return Draw(j if token_ids is None else int(token_ids[j]), q, conf)
+    return Draw(j if token_ids is None else int(token_ids[j]), q, conf)  # a Python int: no tensor op
 
 
 # ---- building a model's ranking ------------------------------------------------------------------

@@ -390,8 +390,9 @@ def markdown(p: dict) -> str:
     if p.get("drafters"):
         lines += ["\n| drafter | draft ms/round (fixed) | draft ms per token | its byte roofline (MB read) | "
                   "per token / roofline | bookkeeping ms/round |", "|---|---|---|---|---|---|"]
-        lines += [f"| {n} | {d['draft_fixed_ms']:.2f} | {d['draft_per_token_ms']:.2f} | {_draft_roofline(d, p)} | "
-                  f"{bytes_ratio(d, p['bandwidth_gbs'])} | {d['bookkeeping_ms']:.2f} |" for n, d in p["drafters"].items()]
+        lines += [f"| {n} | {d['draft_fixed_ms']:.2f} | {d['draft_per_token_ms']:.2f} | "
+                  + " | ".join(_roofline_cells(d, p["bandwidth_gbs"])) + f" | {d['bookkeeping_ms']:.2f} |"
+                  for n, d in p["drafters"].items()]
         lines.append("\n*its byte roofline*: the weights one draft token reads (the drafter's ``draft_bytes``: its "
                      "layers, norms and head rows) over the bandwidth measured in this profile; a drafter that reads "
                      "none (retrieval) has no roofline.")
@@ -409,19 +410,13 @@ def markdown(p: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def draft_roofline_ms(d: dict, gbs: float) -> float | None:
-    """ms one draft token would take at the memory bandwidth: its weight bytes / ``gbs``."""
-    return d["draft_bytes"] / gbs / 1e6 if d.get("draft_bytes") else None
-
-
-def bytes_ratio(d: dict, gbs: float) -> str:
-    roof = draft_roofline_ms(d, gbs)
-    return f"{d['draft_per_token_ms'] / roof:.2f}" if roof else "-"
-
-
-def _draft_roofline(d: dict, p: dict) -> str:
-    roof = draft_roofline_ms(d, p["bandwidth_gbs"])
-    return f"{roof:.2f} ms ({d['draft_bytes'] / 1e6:.1f})" if roof else "-"
+def _roofline_cells(d: dict, gbs: float) -> tuple[str, str]:
+    """A drafter's byte roofline (ms one draft token takes at ``gbs``, and its MB) and its measured
+    per-token cost over it; '-' for a drafter that reads no weights."""
+    if not d.get("draft_bytes"):
+        return "-", "-"
+    roof = d["draft_bytes"] / gbs / 1e6
+    return f"{roof:.2f} ms ({d['draft_bytes'] / 1e6:.1f})", f"{d['draft_per_token_ms'] / roof:.2f}"
 
 
 def figure(p: dict, path: Path) -> None:

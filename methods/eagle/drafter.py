@@ -25,6 +25,7 @@ import heapq
 
 import torch
 
+from specharness import draft_vocab
 from specharness.api import DecodeState, Proposal, Verified
 from specharness.options import OptionSpec
 from specharness.model import TargetModel, stack_name
@@ -102,10 +103,6 @@ class EagleDrafter:
     # depth's top-k, which the early stop needs anyway. At these sizes (<= 16 candidates a depth) a list
     # operation costs well under a microsecond and a tensor op 2-10 us, so a depth's bookkeeping is a
     # fixed handful of tensor ops (mask, positions, features, the head's log-softmax and top-k).
-    def _vocab(self, j: torch.Tensor) -> torch.Tensor:
-        """Token ids of draft-head rows ``j`` (the draft vocabulary's mapping, one gather)."""
-        return self.rows[j] if self.rows is not None else j
-
     def propose(self, state: DecodeState) -> Proposal:
         depth = min(self.depth, state.max_draft)
         if depth <= 0:
@@ -121,7 +118,7 @@ class EagleDrafter:
         node can enter the kept tree (a child scores at most its parent)."""
         k, dev = self.top_k, self.t.device
         top, idx = self.root_logp.topk(k)
-        score, token = top.tolist(), self._vocab(idx).tolist()
+        score, token = top.tolist(), draft_vocab.tokens(idx, self.rows).tolist()
         parent, level = [-1] * k, [1] * k
         cols: dict[int, tuple[int, ...]] = {-1: ()}  # expanded candidate -> scratch columns (slot - p) it sees
         row: dict[int, int] = {}  # expanded candidate -> its row in the head run that expanded it
@@ -145,7 +142,7 @@ class EagleDrafter:
             hidden = run.hidden
             top, idx = torch.log_softmax(run.logits, dim=-1, dtype=torch.float32).topk(k, dim=-1)
             new = range(len(score), len(score) + k * k)
-            for c, logp, toks in zip(frontier, top.tolist(), self._vocab(idx).tolist()):
+            for c, logp, toks in zip(frontier, top.tolist(), draft_vocab.tokens(idx, self.rows).tolist()):
                 score.extend(score[c] + s for s in logp)
                 token.extend(toks)
                 parent.extend([c] * k)

@@ -78,7 +78,8 @@ class KangarooDrafter:
                                       max_width=2)  # a round's adapter rows: the last accepted draft + the current
         self.skip = ((), ()) if adapter.ffn else ((), (0,))  # the published adapter has no feed-forward block
         # a draft token: the shallow layers' pass, then the adapter block, its norm and the head rows
-        self.draft_bytes = read_bytes(target.layers_w[:exit_layer]) + target.backend.stacks[self.stack].read_bytes(self.skip)
+        self.draft_bytes = (read_bytes(target.layers_w[:exit_layer])
+                            + target.backend.stacks[self.stack].read_bytes(self.skip))
         self.cache = None
         self.pending: torch.Tensor | None = None  # layer-l states not yet in the adapter cache
         self.stats = {"rounds": 0, "drafted": 0, "adapter_rows": 0}

@@ -90,9 +90,8 @@ class MedusaDrafter:
         self.target, self.heads, self.rows = target, heads, rows
         self.head_w = heads.head_weights(target, rows)  # each head's LM-head rows, gathered once
         # a draft token's share of one drafting step: every head's blocks and head rows (a shared head once)
-        blocks = sum(p.numel() * p.element_size() for n, p in heads.named_parameters() if ".linear." in n)
-        self.draft_bytes = (blocks + sum({id(w): w.numel() * w.element_size() for w in self.head_w}.values())) \
-            // heads.n_heads
+        head_bytes = sum({id(w): w.numel() * w.element_size() for w in self.head_w}.values())
+        self.draft_bytes = (heads.block_bytes() + head_bytes) // heads.n_heads
         self.chain = tree == "chain"
         # a rank past the (draft) vocabulary names no token (a tiny model under mc_sim_7b_63): those paths go;
         # a path's prefixes rank no higher, so what is left is still a tree
@@ -118,7 +117,7 @@ class MedusaDrafter:
                 q = draft_vocab.to_vocab(q, self.rows, self.target.vocab_size)
             else:
                 q, j = None, argmax(logits)
-            tokens = (j if self.rows is None else self.rows[j]).tolist()
+            tokens = draft_vocab.tokens(j, self.rows).tolist()
             eos = self.target.eos_ids
             for i, tok in enumerate(tokens):
                 if tok in eos:  # nothing after an end of sequence can be kept
@@ -127,8 +126,7 @@ class MedusaDrafter:
             return Proposal(tokens, q)
         # a tree: node (depth d, rank r) takes head d's r-th most likely token; chosen deterministically,
         # so sampling verifies them as point masses (Medusa's typical acceptance is not lossless)
-        ranked = logits.topk(min(self.top, logits.shape[-1]), dim=-1).indices
-        ranked = (ranked if self.rows is None else self.rows[ranked]).tolist()
+        ranked = draft_vocab.tokens(logits.topk(min(self.top, logits.shape[-1]), dim=-1).indices, self.rows).tolist()
         keep = [i for i, d in enumerate(self.depth_of) if d < k]  # paths the remaining budget allows
         where = {i: j for j, i in enumerate(keep)}
         tokens = [ranked[self.depth_of[i]][self.picks[i][1]] for i in keep]

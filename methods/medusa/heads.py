@@ -67,6 +67,11 @@ class MedusaHeads(nn.Module):
             out.append(x)
         return torch.stack(out)
 
+    def block_bytes(self) -> int:
+        """Bytes of every head's residual blocks (what ``features`` reads; the LM heads apart)."""
+        return sum(p.numel() * p.element_size() for head in self.heads for block in list(head)[:self.n_layers]
+                   for p in block.parameters())
+
     def head_weights(self, target, rows: torch.Tensor | None = None) -> list[torch.Tensor]:
         """Each head's LM-head weight (its own, or the target's shared one), restricted to the draft
         vocabulary's ``rows`` (token ids) when given: gathered once, by whoever drafts with them."""
