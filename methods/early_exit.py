@@ -80,7 +80,7 @@ class EarlyExitDrafter:
 
     def propose(self, state: DecodeState) -> Proposal:
         t = self.target
-        k_max = min(self.gamma, state.max_draft)
+        k_max = min(self.gamma, state.max_draft, state.budget)
         if k_max <= 0:
             return Proposal()
         pos = state.pos
@@ -118,6 +118,6 @@ def info(target: TargetModel, options: dict) -> dict:
 
 @hookimpl
 def specharness_drafters() -> list[DrafterSpec]:
-    return [DrafterSpec("early_exit", build, OPTIONS, params=lambda target, options: 0, info=info,
+    return [DrafterSpec("early_exit", build, OPTIONS, sizable=True, params=lambda target, options: 0, info=info,
                         help="draft gamma tokens from target layers [0, l) through the shared head "
                              "(no adapter; the Kangaroo paper's fixed-step early-exit baseline)")]

@@ -84,6 +84,6 @@ def build(target, options: dict) -> PromptLookup:
 
 @hookimpl
 def specharness_drafters() -> list[DrafterSpec]:
-    return [DrafterSpec("pld", build, OPTIONS, params=lambda target, options: 0,
+    return [DrafterSpec("pld", build, OPTIONS, sizable=True, params=lambda target, options: 0,
                         help="prompt lookup: draft what followed the last n-gram's latest earlier occurrence "
                              "(a tree of several occurrences with -o branches=N); no training")]

@@ -77,7 +77,7 @@ def build(target, options: dict) -> TokenRecycling:
 
 @hookimpl
 def specharness_drafters() -> list[DrafterSpec]:
-    return [DrafterSpec("recycling", build, OPTIONS, params=lambda target, options: 0,
+    return [DrafterSpec("recycling", build, OPTIONS, sizable=True, params=lambda target, options: 0,
                         info=lambda target, options: {"matrix": "warm across questions" if options["warm"]
                                                       else "reset per question"},
                         help="Token Recycling: each token's top-k successors from the verify logits, drafted "

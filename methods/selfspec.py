@@ -206,7 +206,7 @@ class SelfSpeculative:
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         tok = state.ids[-1]
-        for i in range(min(self.gamma, state.max_draft)):
+        for i in range(min(self.gamma, state.max_draft, state.budget)):
             d = draft_vocab.draw(self._logits(tok, pos + i, state.cache), self.rows, t.vocab_size,
                                  state.temperature, state.generator)
             tok = d.token
@@ -249,7 +249,7 @@ def info(target: TargetModel, options: dict) -> dict:
 
 @hookimpl
 def specharness_drafters() -> list[DrafterSpec]:
-    return [DrafterSpec("self-spec", build, OPTIONS, params=lambda target, options: 0, info=info,
+    return [DrafterSpec("self-spec", build, OPTIONS, sizable=True, params=lambda target, options: 0, info=info,
                         tiny_options={"skip": "a1"},
                         help="layer-skipping self-speculation (Draft & Verify / SWIFT): the target with a "
                              "searched set of sublayers left out drafts; no training")]

@@ -22,6 +22,7 @@ from typing import Callable
 import torch
 
 from .api import DecodeState, Drafter, Verified
+from .budget import Sizer, trim
 from .model import TargetModel, bucket
 from .records import Generation, Round
 from .timing import RoundTimer
@@ -37,8 +38,9 @@ Observer = Callable[[Round], None]
 @torch.inference_mode()
 def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: list[int],
              max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
-             on_round: Observer | None = None) -> Generation:
-    """Decode one prompt with ``drafter`` proposing and ``accept`` deciding; returns ids and rounds."""
+             on_round: Observer | None = None, sizer: Sizer | None = None) -> Generation:
+    """Decode one prompt with ``drafter`` proposing and ``accept`` deciding; returns ids and rounds.
+    A ``sizer`` (``budget=auto``) sets each round's draft size from the rounds before it."""
     timer = RoundTimer(target.device)
     n_prompt = len(prompt_ids)
     gen = torch.Generator(device=target.device).manual_seed(seed)
@@ -72,7 +74,11 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
     stop = "eos" if acc.next_token in eos else "length"
     while stop != "eos" and len(state.ids) - n_prompt < max_new_tokens:
         timer.start()
+        if sizer:
+            state.budget = sizer.next()
         prop = drafter.propose(state)
+        if sizer:
+            prop = trim(prop, state.budget)
         timer.mark()  # drafted
         drafts, pos, current = prop.tokens, state.pos, state.ids[-1]
         k = len(drafts)
@@ -107,11 +113,14 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
         drafter.commit(state, Verified(pos, len(path), path, out.hidden[nodes], out.logits[nodes],
                                        {layer: h[nodes] for layer, h in (out.captured or {}).items()},
                                        [current, *drafts], out.logits))
+        if sizer:
+            sizer.observe(state.budget, k, path)
         timer.mark()  # accepted
         draft_s, verify_s, accept_s = timer.split()
         kept = min(len(path), len(new))
         rounds.append(Round(k, kept, draft_s, verify_s, accept_s, width=k + 1,
-                            rejected_at=kept + 1 if kept == len(path) and tree.children[nodes[-1]] else 0))
+                            rejected_at=kept + 1 if kept == len(path) and tree.children[nodes[-1]] else 0,
+                            budget=state.budget if sizer else 0))
         if on_round:
             on_round(rounds[-1])
     out_ids = state.ids[n_prompt:n_prompt + max_new_tokens]

@@ -51,6 +51,10 @@ class DrafterSpec:
     # it cannot sample (an oracle that compares drafts with the greedy answer): a run or lossless
     # level at a temperature > 0 is refused with one line before anything is spent
     greedy_only: bool = False
+    # with room for n drafts it proposes the first n nodes of what it proposes unbounded (a chain's
+    # first n, or a tree listed parents first, best first): it then takes the option ``budget``, and
+    # ``budget=auto`` sizes each round from measured costs (``specharness.budget``)
+    sizable: bool = False
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 
@@ -113,6 +113,17 @@ def check_hooks(pm: pluggy.PluginManager) -> None:
         raise UsageError(f"{exc}; the hooks are: {known}") from None
 
 
+def _with_budget(spec: DrafterSpec) -> DrafterSpec:
+    """A sizable drafter gains the engine's option ``budget`` (``specharness.budget``)."""
+    if not spec.sizable:
+        return spec
+    from .budget import OPTION
+    if any(o.name == OPTION.name for o in spec.options):
+        raise UsageError(f"method '{spec.name}' declares an option '{OPTION.name}', which the engine adds to every "
+                         "sizable drafter; rename it")
+    return replace(spec, options=[*spec.options, OPTION])
+
+
 def build_registry(plugins: list[str] | tuple = ()) -> Registry:
     pm = new_manager()
     for name, module in entry_point_plugins(GROUP):
@@ -126,7 +137,7 @@ def build_registry(plugins: list[str] | tuple = ()) -> Registry:
         if not pm.is_registered(module):
             pm.register(module, name=f"plugin:{ref}")
     check_hooks(pm)
-    drafters = _collect(pm.hook.specharness_drafters(), "method")
+    drafters = {name: _with_budget(spec) for name, spec in _collect(pm.hook.specharness_drafters(), "method").items()}
     decoders = _collect(pm.hook.specharness_decoders(), "method")
     clash = set(drafters) & set(decoders)
     if clash:

@@ -31,6 +31,7 @@ class Round:
     # path ran out of drafts (every one kept) or the round drafted nothing. For a tree, a rejection at
     # depth d needs a drafted child of the path's node at depth d - 1 (lossless level c counts these)
     rejected_at: int = 0
+    budget: int = 0  # the round's draft size under ``budget=auto`` (0: the method's own, unsized)
 
 
 @dataclass
@@ -70,10 +71,12 @@ class TurnRounds:
     verify_s: list[float] | None = None
     accept_s: list[float] | None = None
     width: list[int] | None = None  # forward widths (absent in older files: drafted + 1)
+    budget: list[int] | None = None  # each round's draft size under budget=auto (absent: unsized)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "TurnRounds":
-        return cls(d["drafted"], d["accepted"], d.get("draft_s"), d.get("verify_s"), d.get("accept_s"), d.get("width"))
+        return cls(d["drafted"], d["accepted"], d.get("draft_s"), d.get("verify_s"), d.get("accept_s"), d.get("width"),
+                   d.get("budget"))
 
     def widths(self) -> list[int]:
         return self.width if self.width is not None else [d + 1 for d in self.drafted]

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import Callable
 
+import torch
 from tqdm import tqdm
 
+from .budget import OPTION as BUDGET, AutoBudget
 from .engine import generate
 from .errors import UsageError
 from .hookspecs import DecoderSpec, RoundContext
@@ -26,6 +28,7 @@ from .plugins import Registry
 from .records import Generation, QuestionResult, Round
 from .model import TargetModel
 from .tasks.specbench import Question
+from .width_curve import choose_route, verify_seconds
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,8 @@ class Method:
     max_width: int = 1  # widest verification forward the method can ask for (compiled before timing)
     verify_layer: int = 0  # the layer its drafts enter verification at (the drafter's exit layer)
     draft_bytes: int = 0  # weights one draft token reads (the drafter's byte roofline; 0: none, or not said)
+    # budget=auto: calibrate(prompt_ids) measures its costs once, after warm-up (None: the method's own size)
+    calibrate: Callable[[list[int]], dict] | None = None
 
     def __post_init__(self) -> None:
         self.label = self.label or self.name
@@ -101,16 +106,26 @@ def build_method(registry: Registry, name: str, raw_options: list[str] | dict, t
                       changed=changed, defaults=defaults)
     vspec = resolve_verifier(registry, verifier, temperature)
     vname = vspec.name
-    drafter = spec.build(target, options)  # once: options checked and weights loaded now, not mid-run
+    own = {k: v for k, v in options.items() if k != BUDGET.name}  # the drafter's options; budget is the engine's
+    drafter = spec.build(target, own)  # once: options checked and weights loaded now, not mid-run
+    max_width, verify_layer = int(getattr(drafter, "max_width", 1)), int(getattr(drafter, "exit_layer", 0))
+    auto = AutoBudget(target, max_width - 1, verify_layer) if options.get(BUDGET.name) == "auto" else None
+
+    def calibrate(ids: list[int]) -> dict:  # the method at each size, untimed, for its costs
+        return auto.calibrate(lambda p, n, sizer: generate(target, drafter, vspec.accept, p, n, temperature,
+                                                           sizer=sizer).rounds, ids)
 
     def run(ids: list[int], s: Settings, seed: int, on_round=None) -> Generation:
-        return generate(target, drafter, vspec.accept, ids, s.max_new_tokens, s.temperature, seed, on_round)
+        if auto and auto.costs is None:  # warm_up calibrates before timing; other callers here, outside the timer
+            calibrate(ids)
+        return generate(target, drafter, vspec.accept, ids, s.max_new_tokens, s.temperature, seed, on_round,
+                        auto.sizer() if auto else None)
 
-    extra = spec.params(target, options) if spec.params else 0
-    info = spec.info(target, options) if spec.info else {}
-    return Method(name, options, vname, run, extra, changed, defaults, info=info,
-                  max_width=int(getattr(drafter, "max_width", 1)), verify_layer=int(getattr(drafter, "exit_layer", 0)),
-                  draft_bytes=int(getattr(drafter, "draft_bytes", 0)))
+    extra = spec.params(target, own) if spec.params else 0
+    info = spec.info(target, own) if spec.info else {}
+    return Method(name, options, vname, run, extra, changed, defaults, info=info, max_width=max_width,
+                  verify_layer=verify_layer, draft_bytes=int(getattr(drafter, "draft_bytes", 0)),
+                  calibrate=calibrate if auto else None)
 
 
 def question_seed(seed: int, question_id) -> int:
@@ -219,9 +234,60 @@ def warm_up(target: TargetModel, methods: list[Method], questions: list[Question
             graphs += target.precompile(m.max_width, set(target.backend.used), m.verify_layer)
     else:
         graphs = target.precompile(max_width)
+    graphs += precompile_vanilla_widths(target)
+    target.backend.route = {}  # measured unrouted (an earlier warm-up in this process may have set one)
+    curve = verify_curve(target)
+    target.backend.route = choose_route(curve)
+    budgets = calibrate_budgets(target, methods, questions, s)  # after the route: costs as the run will see them
     return {"warmup_s": time.perf_counter() - started, "compile_s": target.backend.compile_s - compiled_before,
             "compile_s_before_warmup": compiled_before,  # the engine's compile check (engine_choice.apply)
-            "graphs": len(target.backend.graphs), "graphs_compiled_after_warmup_runs": graphs}
+            "graphs": len(target.backend.graphs), "graphs_compiled_after_warmup_runs": graphs,
+            **({"budget": budgets} if budgets else {}),
+            **({"verify_ms_by_width": {str(w): round(t * 1e3, 3) for w, t in curve.items()}} if curve else {}),
+            **({"route": {str(w): r for w, r in target.backend.route.items()}} if target.backend.route else {})}
+
+
+def _vanilla_graphs(target: TargetModel) -> list:
+    """The whole model's verification graphs (vanilla's step among them), compiled at static widths."""
+    return [k for k in target.backend.graphs if k.a == 0 and k.b == target.n_layers and k.head and not k.capture
+            and k.ids and k.skip == ((), ()) and not k.stack and k.width != "wide"]
+
+
+def precompile_vanilla_widths(target: TargetModel) -> int:
+    """Compile the whole model's verification at this run's widest static width (its widest
+    verification's bucket), so that vanilla's step may run padded to it where it measures faster
+    (``width_curve``): one graph more at most, and never a width that would change which graph another
+    forward takes. Returns the graphs compiled."""
+    keys = _vanilla_graphs(target)
+    top = target.backend.static_top if target.backend.compiled else 0
+    if not keys or top <= min(k.width for k in keys) or keys[0]._replace(width=top) in target.backend.graphs:
+        return 0
+    before = len(target.backend.graphs)
+    with torch.inference_mode():  # as the engine's forwards run: graphs guard on it
+        cache = target.new_cache(64)
+        target.forward(torch.zeros(top, dtype=torch.long, device=target.device), cache, 0, head=True)
+    return len(target.backend.graphs) - before
+
+
+def verify_curve(target: TargetModel) -> dict[int, float]:
+    """Seconds of the whole model's verification forward at each width compiled for it (vanilla's step is
+    the narrowest), measured now, before any route: max-autotune's kernel choices vary between compiles
+    (``specharness.width_curve``), so a result keeps the curve its speedups were measured on."""
+    if not target.backend.compiled:
+        return {}
+    widths = sorted({k.width for k in _vanilla_graphs(target)})
+    return verify_seconds(target, 0, widths) if widths else {}
+
+
+def calibrate_budgets(target: TargetModel, methods: list[Method], questions: list[Question], s: Settings) -> dict:
+    """Each ``budget=auto`` method's costs, measured now (after compiling, before timing) on the first
+    question's first turn: label -> what was measured (the run's header keeps it)."""
+    todo = [m for m in methods if m.calibrate]
+    if not todo:
+        return {}
+    turn = questions[0].turns[:1] if questions else ["Say hello."]
+    ids, _ = prompt_ids(target, [{"role": "user", "content": turn[0]}], s.max_new_tokens)
+    return {m.label: m.calibrate(ids) for m in todo}
 
 
 def run_interleaved(target: TargetModel, methods: list[Method], q: Question, qi: int, s: Settings,

@@ -10,6 +10,7 @@ from . import metrics, stats
 from .records import QuestionRecord
 from .results import BASELINE_IDENTITY, iter_result_files, read_results
 from .tasks.specbench import SUBTASKS
+from .width_curve import FASTER
 
 
 def find_baseline(path: Path, meta: dict, candidates: list[Path]) -> list[QuestionRecord] | None:
@@ -87,5 +88,32 @@ def print_summary(paths: list[Path], questions: list | None = None) -> None:
     if any(r["speedup_ci"] is None for r in rows):
         print("(speedup needs a vanilla result with the same model and settings: run --method vanilla "
               "or use 'compare --methods vanilla,...')")
+    note = narrow_step_note(paths)
+    if note:
+        print(note)
     for p in paths:
         print(f"results: {p}")
+
+
+def narrow_step_note(paths: list[Path]) -> str | None:
+    """One line when this run's compile made a wider verification graph faster than a narrower one (the
+    header's ``warmup.verify_ms_by_width``): the engine then ran those forwards on the wider graph,
+    vanilla's step among them (``warmup.route``), or, where it could not, every speedup is against the
+    slower step."""
+    for path in paths:
+        warm = read_results(path)[0].get("warmup") or {}
+        curve = {int(w): ms for w, ms in (warm.get("verify_ms_by_width") or {}).items()}
+        if len(curve) < 2:
+            continue
+        route = {int(w): int(r) for w, r in (warm.get("route") or {}).items()}
+        narrow = min(curve)
+        wide = route.get(narrow) or min((w for w in curve if w > narrow), key=curve.__getitem__)
+        said = (f"note: in this compile a verification of {wide} positions took {curve[wide]:.1f} ms, less than one of "
+                f"{narrow} ({curve[narrow]:.1f} ms; max-autotune's kernel choice): ")
+        if route:
+            return said + ("forwards of " + ", ".join(f"{w} -> {r}" for w, r in sorted(route.items())) +
+                           " positions ran padded to the faster graph, vanilla's step too (header: warmup.route)")
+        if curve[wide] <= FASTER * curve[narrow]:
+            return said + "every speedup here is against the slower step (header: warmup.verify_ms_by_width)"
+        return None
+    return None

@@ -189,14 +189,16 @@ def test_warm_up_compiles_static_graphs_only_for_verification_widths():
     warm_up(t, [pld], [question], Settings(4, warmup=1))
     assert {g.width for g in t.backend.graphs} == {1, 2, 4, 8, "wide"}
     # each method's graphs up to its own widest verification: early exit verifies 4 positions through
-    # layers 1-2, vanilla runs layers 0-2 one position at a time, and gets no width-8 graph of them
+    # layers 1-2; vanilla runs layers 0-2 one position at a time, and gets the run's widest static width
+    # besides (4: a step may run padded to it where it measures faster), no width-2 or width-8 graph of them
     u = _text_target(5)
     u.compile("default")
     methods = [build_method(registry, "vanilla", [], u, 0.0),
                build_method(registry, "early_exit", ["exit_layer=1", "gamma=3"], u, 0.0)]
-    warm_up(u, methods, [question], Settings(4, warmup=1))
+    warm = warm_up(u, methods, [question], Settings(4, warmup=1))
     widths = lambda a, b: {g.width for g in u.backend.graphs if (g.a, g.b, g.head) == (a, b, True)}  # noqa: E731
-    assert widths(0, 2) == {1, "wide"} and widths(1, 2) == {1, 2, 4}
+    assert widths(0, 2) == {1, 4, "wide"} and widths(1, 2) == {1, 2, 4}
+    assert set(warm["verify_ms_by_width"]) == {"1", "4"}
     # both methods prefill through the one full-depth dynamic-width graph (early exit's layer-1 states
     # come back captured): each graph is ~20 s of a second run's warm-up
     assert sum(g.width == "wide" for g in u.backend.graphs) == 1

@@ -113,7 +113,10 @@ def test_drafter_graphs_compile_in_warm_up_never_while_timing_and_keep_the_greed
                build_method(registry, "early_exit", ["exit_layer=1", "gamma=2", "draft_vocab=20"], t, 0.0)]
     ranking.unlink()
     settings = Settings(12, warmup=1)
-    warm_up(t, methods, [Question("w", "qa", "qa", ["warm up on this"])], settings)
+    warm = warm_up(t, methods, [Question("w", "qa", "qa", ["warm up on this"])], settings)
+    # the whole model's verification, timed at each width compiled for it (the summary's note reads it)
+    assert set(warm["verify_ms_by_width"]) == {str(g.width) for g in t.backend.graphs if not g.stack and g.a == 0
+                                               and g.head and not g.capture and g.ids and g.width != "wide"}
     stacks = {g.stack.split("-")[0] for g in t.backend.graphs if g.stack}
     assert stacks == {"kangaroo", "eagle", "early_exit"}, sorted(g.describe() for g in t.backend.graphs)
     # every bucket up to each stack's declared widest call (EAGLE: max(top_k, depth + 1) = 3, bucket 4),

@@ -39,9 +39,9 @@ def log_probs(path: tuple[int, ...], rows: int) -> torch.Tensor:
 def reference(root_logp: torch.Tensor, vocab: list[int], depth: int, k: int, total: int):
     """EAGLE-2's rule on Python lists: expand the ``k`` best of the last depth's children (ties: the
     earlier created) until none can enter the kept tree, keep the ``total`` best candidates (ties:
-    the shallower, then the earlier created), list them by depth then score. Returns the tree's
-    tokens and parents, how many frontiers went through the head, and whether the order by depth
-    differs from the order by score."""
+    the shallower, then the earlier created), list them best first. Returns the tree's tokens and
+    parents, how many frontiers went through the head, and whether the order by depth differs from
+    the order by score (a deeper node listed before a shallower one)."""
     cands = []  # (score, depth, path, parent candidate or -1)
 
     def add(parent: int, logp: torch.Tensor) -> list[int]:
@@ -61,10 +61,10 @@ def reference(root_logp: torch.Tensor, vocab: list[int], depth: int, k: int, tot
         runs += 1
     kept = sorted(range(len(cands)), key=lambda c: (-cands[c][0], cands[c][1]))[:total]
     assert all(cands[c][3] == -1 or cands[c][3] in kept for c in kept)  # connected
-    order = sorted(kept, key=lambda c: (cands[c][1], -cands[c][0]))
-    tokens = [cands[c][2][-1] for c in order]
-    parents = [0 if cands[c][3] < 0 else order.index(cands[c][3]) + 1 for c in order]
-    return tokens, parents, runs, order != kept
+    by_depth = sorted(kept, key=lambda c: (cands[c][1], -cands[c][0]))
+    tokens = [cands[c][2][-1] for c in kept]
+    parents = [0 if cands[c][3] < 0 else kept.index(cands[c][3]) + 1 for c in kept]
+    return tokens, parents, runs, by_depth != kept
 
 
 class FakeHead:
@@ -124,10 +124,16 @@ def test_expansion_picks_the_reference_tree(tiny, depth, k, total, room, mode, s
         d.head, d._run = head, head.run
         d.root_logp = log_probs((trial,), len(vocab))
         d.root_feat = torch.zeros(1, dtype=torch.float64)
-        prop = d.propose(SimpleNamespace(pos=pos, max_draft=room))
+        prop = d.propose(SimpleNamespace(pos=pos, max_draft=room, budget=1 << 30))
         *want, runs, resorted = reference(d.root_logp, vocab, min(depth, room), d.top_k, d.total)
         assert [prop.tokens, prop.parents] == want, trial
         assert head.runs == runs, trial  # the early stop: no frontier runs once none can enter the tree
+        # with room for n drafts (budget=auto's sizes), the first n of the unbounded tree
+        n = 1 + trial % max(1, d.total)
+        head = FakeHead(pos, vocab)
+        d.head, d._run = head, head.run
+        small = d.propose(SimpleNamespace(pos=pos, max_draft=room, budget=n))
+        assert [small.tokens, small.parents] == [prop.tokens[:n], prop.parents[:n]], (trial, n)
         stopped += runs < min(depth, room) - 1
         reordered += resorted
         assert set(prop.tokens) <= set(vocab)

@@ -104,13 +104,13 @@ class EagleDrafter:
     # operation costs well under a microsecond and a tensor op 2-10 us, so a depth's bookkeeping is a
     # fixed handful of tensor ops (mask, positions, features, the head's log-softmax and top-k).
     def propose(self, state: DecodeState) -> Proposal:
-        depth = min(self.depth, state.max_draft)
+        depth, total = min(self.depth, state.max_draft), min(self.total, state.budget)
         if depth <= 0:
             return Proposal()
-        tokens, parents = self._select(*self._expand(state.pos, depth))
+        tokens, parents = self._select(total, *self._expand(state.pos, depth, total))
         return Proposal(tokens, None, parents=parents)
 
-    def _expand(self, p: int, depth: int) -> tuple[list[float], list[int], list[int], list[int]]:
+    def _expand(self, p: int, depth: int, total: int) -> tuple[list[float], list[int], list[int], list[int]]:
         """EAGLE-2's expansion: every candidate's cumulative draft log-probability, token, parent
         (-1: the current token) and depth. At each depth the ``top_k`` best of the last depth's
         children (ties: the earlier created) run through the head together at scratch slots from
@@ -125,7 +125,7 @@ class EagleDrafter:
         new, hidden = range(k), None  # the last depth's children; the last run's hidden states
         for d in range(2, depth + 1):
             frontier = sorted(new, key=score.__getitem__, reverse=True)[:k]  # stable: ties keep creation order
-            if len(score) >= self.total and score[frontier[0]] < heapq.nlargest(self.total, score)[-1]:
+            if len(score) >= total and score[frontier[0]] < heapq.nlargest(total, score)[-1]:
                 break
             width, first = (d - 1) * k, (d - 2) * k  # scratch columns so far; this frontier's first
             seen = []
@@ -149,14 +149,13 @@ class EagleDrafter:
             level.extend([d] * (k * k))
         return score, token, parent, level
 
-    def _select(self, score: list[float], token: list[int], parent: list[int],
+    def _select(self, total: int, score: list[float], token: list[int], parent: list[int],
                 level: list[int]) -> tuple[list[int], list[int]]:
-        """Tokens and parents (0: the current token, i: draft i - 1) of the ``total`` best candidates
-        (score descending, then depth, then creation order: creation order follows depth), listed by
-        depth, then score. A node scores at most its parent and sorts after it on a tie, so the set is
-        connected."""
-        ranked = heapq.nlargest(self.total, range(len(score)), key=score.__getitem__)  # stable, as sorted is
-        order = sorted(ranked, key=level.__getitem__)
+        """Tokens and parents (0: the current token, i: draft i - 1) of the ``total`` best candidates,
+        listed best first (score descending, then creation order: creation order follows depth). A node
+        scores at most its parent and sorts after it on a tie, so every prefix of the list is a tree:
+        the ``total`` best are the first ``total`` of any larger selection (``budget=auto`` relies on it)."""
+        order = heapq.nlargest(total, range(len(score)), key=score.__getitem__)  # stable, as sorted is
         node = {c: i + 1 for i, c in enumerate(order)}
         return [token[c] for c in order], [0 if parent[c] < 0 else node[parent[c]] for c in order]
 

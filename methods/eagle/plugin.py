@@ -23,7 +23,7 @@ def _info(target, options: dict) -> dict:
 
 @hookimpl
 def specharness_drafters() -> list[DrafterSpec]:
-    return [DrafterSpec("eagle", build, OPTIONS, params=_params,
+    return [DrafterSpec("eagle", build, OPTIONS, sizable=True, params=_params,
                         info=_info,
                         tiny_options={"head": "untrained", "draft_vocab": 0},
                         help="EAGLE-2: a one-layer head over [token ; target feature] drafts a dynamic tree "

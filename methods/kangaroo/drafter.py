@@ -107,7 +107,7 @@ class KangarooDrafter:
     def propose(self, state: DecodeState) -> Proposal:
         t, l, pos = self.t, self.exit_layer, state.pos
         h_cur = t.layers(torch.tensor([state.ids[-1]], device=t.device), pos, 0, l, state.cache)
-        budget = min(self.gamma, state.max_draft)
+        budget = min(self.gamma, state.max_draft, state.budget)
         first = self.adapter_len
         x = h_cur if self.pending is None else torch.cat([self.pending, h_cur])
         self._states = x  # layer-l states of positions first .. pos (+ drafts below)

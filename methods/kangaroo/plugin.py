@@ -10,7 +10,7 @@ from .drafter import OPTIONS, adapter_info, build, extra_params
 
 @hookimpl
 def specharness_drafters() -> list[DrafterSpec]:
-    return [DrafterSpec("kangaroo", build, OPTIONS, params=extra_params, info=adapter_info,
+    return [DrafterSpec("kangaroo", build, OPTIONS, sizable=True, params=extra_params, info=adapter_info,
                         tiny_options={"adapter": "random"},
                         help="double early exiting: shallow layers + trained adapter draft, deep layers verify")]
 

@@ -109,6 +109,8 @@ class EagerBackend:
         self.compile_s = 0.0
         self.compile_times: dict[GraphKey, float] = {}  # seconds each graph took to compile (progress estimates)
         self.on_new_graph: Callable[[GraphKey], None] | None = None  # told before each compile (a progress line)
+        # width -> a wider width whose compiled graph measured faster (``width_curve``; set after warm-up)
+        self.route: dict[int, int] = {}
 
     @property
     def stack(self) -> DecoderStack:
@@ -120,6 +122,12 @@ class EagerBackend:
 
     def width(self, T: int, prefill: bool = False) -> int:
         return T
+
+    def routed(self, key: GraphKey) -> int:
+        """The width to run ``key``'s forward at: the route's wider width when that graph of the same layers
+        is compiled (a route never compiles), else its own."""
+        w = self.route.get(key.width, key.width)
+        return w if w != key.width and key._replace(width=w) in self.graphs else key.width
 
     def __call__(self, r: ForwardRequest) -> tuple:
         return self.stacks[r.stack](r.x, r.positions, r.slots, r.bias, r.keys, r.values, r.a, r.b, r.head, r.capture, r.skip)

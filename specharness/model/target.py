@@ -269,6 +269,8 @@ class TargetModel:
             raise UsageError(f"sequence longer than the model's sliding window ({self.sliding_window}); "
                              "lower --max-new-tokens or use shorter prompts")
         width = self.backend.width(T, prefill)
+        if self.backend.route and head and not (prefill or stack or skip[0] or skip[1]):  # a verification
+            width = self.backend.routed(GraphKey(a, b, head, tuple(capture), x.dtype == torch.long, ((), ()), width))
         if positions is None:
             depths = torch.arange(T, device=self.device) if tree.is_chain else torch.tensor(tree.depths, device=self.device)
             positions = start + depths
