@@ -114,14 +114,19 @@ def check_hooks(pm: pluggy.PluginManager) -> None:
 
 
 def _with_budget(spec: DrafterSpec) -> DrafterSpec:
-    """A sizable drafter gains the engine's option ``budget`` (``specharness.budget``)."""
+    """A sizable drafter gains the engine's option ``budget`` (``specharness.budget``); its own ``build``,
+    ``params`` and ``info`` never see it (they may check their options against their own list)."""
     if not spec.sizable:
         return spec
     from .budget import OPTION
     if any(o.name == OPTION.name for o in spec.options):
         raise UsageError(f"method '{spec.name}' declares an option '{OPTION.name}', which the engine adds to every "
                          "sizable drafter; rename it")
-    return replace(spec, options=[*spec.options, OPTION])
+
+    def own(fn):
+        return fn and (lambda target, options: fn(target, {k: v for k, v in options.items() if k != OPTION.name}))
+    return replace(spec, options=[*spec.options, OPTION], build=own(spec.build), params=own(spec.params),
+                   info=own(spec.info))
 
 
 def build_registry(plugins: list[str] | tuple = ()) -> Registry:

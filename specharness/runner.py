@@ -106,8 +106,7 @@ def build_method(registry: Registry, name: str, raw_options: list[str] | dict, t
                       changed=changed, defaults=defaults)
     vspec = resolve_verifier(registry, verifier, temperature)
     vname = vspec.name
-    own = {k: v for k, v in options.items() if k != BUDGET.name}  # the drafter's options; budget is the engine's
-    drafter = spec.build(target, own)  # once: options checked and weights loaded now, not mid-run
+    drafter = spec.build(target, options)  # once: options checked and weights loaded now, not mid-run
     max_width, verify_layer = int(getattr(drafter, "max_width", 1)), int(getattr(drafter, "exit_layer", 0))
     auto = AutoBudget(target, max_width - 1, verify_layer) if options.get(BUDGET.name) == "auto" else None
 
@@ -121,8 +120,8 @@ def build_method(registry: Registry, name: str, raw_options: list[str] | dict, t
         return generate(target, drafter, vspec.accept, ids, s.max_new_tokens, s.temperature, seed, on_round,
                         auto.sizer() if auto else None)
 
-    extra = spec.params(target, own) if spec.params else 0
-    info = spec.info(target, own) if spec.info else {}
+    extra = spec.params(target, options) if spec.params else 0
+    info = spec.info(target, options) if spec.info else {}
     return Method(name, options, vname, run, extra, changed, defaults, info=info, max_width=max_width,
                   verify_layer=verify_layer, draft_bytes=int(getattr(drafter, "draft_bytes", 0)),
                   calibrate=calibrate if auto else None)

@@ -140,7 +140,7 @@ def test_every_sizable_drafter_keeps_vanillas_tokens_while_sizes_change(tiny, na
     spec = registry.method(name)
     assert spec.sizable and "budget" in {o.name for o in spec.options}
     opts = resolve_options(name, spec.options, [*(f"{k}={v}" for k, v in spec.tiny_options.items()), *options])
-    drafter = spec.build(tiny, {k: v for k, v in opts.items() if k != "budget"})
+    drafter = spec.build(tiny, opts)  # the engine's option budget among them: the drafter's build never sees it
     sizes = budget.sizes_for(int(getattr(drafter, "max_width", 1)) - 1, tiny.backend.width)
     prompt = [5, 9, 12, 5, 9, 12, 5, 9, 30, 31, 5, 9]  # repeats, so pld and recycling find drafts
     want = generate(tiny, drafter, greedy, prompt, 40).token_ids

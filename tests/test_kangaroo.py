@@ -307,7 +307,7 @@ def test_plugin_registered():
     reg = build_registry()
     assert "kangaroo" in reg.drafters and "kangaroo" in reg.trainers
     names = {o.name for o in reg.drafters["kangaroo"].options}
-    assert names == {"exit_layer", "eta", "gamma", "adapter", "draft_vocab"}
+    assert names == {"exit_layer", "eta", "gamma", "adapter", "draft_vocab", "budget"}  # budget: the engine's
 
 
 def test_trainer_bad_options(tiny, tmp_path):
