@@ -13,6 +13,7 @@ they want directly (``EngineOptions(narrow_attention="off")``) instead of settin
 | SPECHARNESS_AMX_PREFETCH | ``amx_prefetch`` | 1 (default), 0 |
 | SPECHARNESS_CPP_WRAPPER | ``cpp_wrapper`` | 1 (default), 0 |
 | SPECHARNESS_CACHE_PREPACKED | ``cache_prepacked`` | 1 (default), 0 |
+| SPECHARNESS_AOT_GRAPHS | ``aot_graphs`` | 1 (default), 0 |
 | SPECHARNESS_NARROWEST | ``narrowest`` | auto (default: as measured for this CPU, dtype and mode), 1, 2 |
 
 Inductor's own ``TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED`` and
@@ -38,6 +39,7 @@ NARROW_ENV = "SPECHARNESS_NARROW_ATTENTION"
 PREFETCH_ENV = "SPECHARNESS_AMX_PREFETCH"
 CPP_WRAPPER_ENV = "SPECHARNESS_CPP_WRAPPER"
 PREPACKED_ENV = "SPECHARNESS_CACHE_PREPACKED"
+AOT_ENV = "SPECHARNESS_AOT_GRAPHS"
 NARROWEST_ENV = "SPECHARNESS_NARROWEST"
 INDUCTOR_TABLES_ENV = ("TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED", "TORCHINDUCTOR_MAX_AUTOTUNE_REPORT_CHOICES_STATS")
 
@@ -51,6 +53,9 @@ class EngineOptions:
     amx_prefetch: bool = True  # the AMX GEMM template prefetches its weight tiles
     cpp_wrapper: bool = True  # compiled graphs' wrapper code in C++
     cache_prepacked: bool = True  # frozen graphs cached by weight digest (a second process reads them)
+    # CPU graphs built as AOTInductor packages kept on disk: a second process loads them without tracing
+    # (``model.graph_store``; needs the C++ wrapper)
+    aot_graphs: bool = True
     quiet_autotune: bool = True  # silence max-autotune's per-GEMM tables
     # the narrowest compiled width: "2" pads one-position forwards (vanilla's steps) to the width-2 graph,
     # "auto" does where it was measured faster (``backends.narrowest_width``)
@@ -72,7 +77,7 @@ class EngineOptions:
             raise UsageError(f"${NARROW_ENV}={env[NARROW_ENV]!r}: write 1, 0 or avx512")
         return cls(pinned=parse_pin(env.get(PIN_ENV)), narrow_attention=narrow,
                    amx_prefetch=_flag(env, PREFETCH_ENV), cpp_wrapper=_flag(env, CPP_WRAPPER_ENV),
-                   cache_prepacked=_flag(env, PREPACKED_ENV), narrowest=_narrowest(env),
+                   cache_prepacked=_flag(env, PREPACKED_ENV), aot_graphs=_flag(env, AOT_ENV), narrowest=_narrowest(env),
                    quiet_autotune=not any(name in env for name in INDUCTOR_TABLES_ENV))
 
     def record(self) -> dict:

@@ -224,7 +224,8 @@ def run_here(plan: RunPlan, session: Session, files: ResultFiles) -> int:
         target.backend.on_new_graph = None
         progress.save()
     if target.backend.compiled:
-        print(f"engine: {target.engine['dtype']} compiled ({target.engine['compile']}): {warm['graphs']} graphs, "
+        loaded = f" ({warm['graphs_loaded']} loaded from earlier runs)" if warm.get("graphs_loaded") else ""
+        print(f"engine: {target.engine['dtype']} compiled ({target.engine['compile']}): {warm['graphs']} graphs{loaded}, "
               f"{warm['compile_s'] + warm['compile_s_before_warmup']:.0f} s compiling before timing "
               f"({warm['warmup_s']:.0f} s of warm-up)", file=sys.stderr)
     files.update_meta(instrumentation_s_per_round=instrumentation_cost_s(plan.engine.device), warmup=warm,

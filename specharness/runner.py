@@ -211,6 +211,16 @@ def run_question(target: TargetModel, method: Method, q: Question, s: Settings,
     return res
 
 
+def stored_graphs(backend) -> dict:
+    """How many of the run's graphs came from the graph store (loaded, built and kept), and which
+    could not be packaged (they run through torch.compile)."""
+    store = getattr(backend, "store", None)
+    if store is None:
+        return {}
+    return {"graphs_loaded": len(store.loaded), "graphs_stored": len(store.built),
+            **({"graphs_not_stored": {k.describe(): why for k, why in store.failures.items()}} if store.failures else {})}
+
+
 def warm_up(target: TargetModel, methods: list[Method], questions: list[Question], s: Settings) -> dict:
     """Untimed runs so lazy initialisation, allocator growth and compilation do not land on question
     one; a compiled target then compiles every width a timed round may need. Returns what it took.
@@ -241,6 +251,7 @@ def warm_up(target: TargetModel, methods: list[Method], questions: list[Question
     return {"warmup_s": time.perf_counter() - started, "compile_s": target.backend.compile_s - compiled_before,
             "compile_s_before_warmup": compiled_before,  # the engine's compile check (engine_choice.apply)
             "graphs": len(target.backend.graphs), "graphs_compiled_after_warmup_runs": graphs,
+            **stored_graphs(target.backend),
             **({"budget": budgets} if budgets else {}),
             **({"verify_ms_by_width": {str(w): round(t * 1e3, 3) for w, t in curve.items()}} if curve else {}),
             **({"route": {str(w): r for w, r in target.backend.route.items()}} if target.backend.route else {})}

@@ -204,6 +204,7 @@ def test_warm_up_compiles_static_graphs_only_for_verification_widths():
     assert sum(g.width == "wide" for g in u.backend.graphs) == 1
 
 
+@pytest.mark.slow  # the graph store's fallback path; test_graph_store checks what runs by default
 def test_a_second_process_reads_frozen_graphs_from_inductors_disk_cache_keyed_by_weights(tmp_path):
     """bfloat16 graphs hold oneDNN-packed weights, which torch alone never caches on disk, and under
     max-autotune the C++ GEMM template stores re-blocked weights in the entry itself
@@ -215,7 +216,8 @@ def test_a_second_process_reads_frozen_graphs_from_inductors_disk_cache_keyed_by
         pytest.skip("this CPU has no bfloat16 oneDNN kernels: inductor packs no weights to cache")
     probe = Path(__file__).with_name("inductor_cache_probe.py")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "TORCH_COMPILE"))}
-    env.update(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS="CPP")
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS="CPP",
+               SPECHARNESS_AOT_GRAPHS="0")  # torch.compile's path: the graph store's fallback
 
     def process(hook: str) -> dict:
         done = subprocess.run([sys.executable, str(probe), "1", "2"], env={**env, "SPECHARNESS_CACHE_PREPACKED": hook},
@@ -243,7 +245,8 @@ def test_the_amx_prefetch_changes_no_logit_and_its_graphs_have_cache_entries_of_
     probe = Path(__file__).with_name("inductor_cache_probe.py")
     cache = tmp_path / "inductor"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "TORCH_COMPILE", "SPECHARNESS_AMX"))}
-    env.update(TORCHINDUCTOR_CACHE_DIR=str(cache), TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS="CPP")
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(cache), TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS="CPP",
+               SPECHARNESS_AOT_GRAPHS="0")  # counted in inductor's FX cache (the store keys the switch too)
 
     def process(prefetch: str) -> dict:
         done = subprocess.run([sys.executable, str(probe), "1"], env={**env, "SPECHARNESS_AMX_PREFETCH": prefetch},

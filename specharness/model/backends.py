@@ -76,6 +76,10 @@ class ForwardRequest:
     stack: str = ""  # which stack runs: "" = the target's, else a drafter's (``TargetModel.add_stack``)
 
 
+# the engine switches a stored graph's kernels depend on (``graph_store``'s key)
+STORE_SWITCHES = ("narrow_attention", "amx_prefetch", "cpp_wrapper", "narrowest")
+
+
 class GraphKey(NamedTuple):
     """What one compiled graph is specialised on."""
 
@@ -109,6 +113,9 @@ class EagerBackend:
         self.compile_s = 0.0
         self.compile_times: dict[GraphKey, float] = {}  # seconds each graph took to compile (progress estimates)
         self.on_new_graph: Callable[[GraphKey], None] | None = None  # told before each compile (a progress line)
+        self.loading = False  # while ``on_new_graph`` is told: the graph is loaded from the store, not compiled
+        self.store = None  # compiled graphs kept on disk (``graph_store.GraphStore``), where used
+        self.packages: dict[tuple, Callable] = {}  # (graph key, its inputs' signature) -> the store's package
         # width -> a wider width whose compiled graph measured faster (``width_curve``; set after warm-up)
         self.route: dict[int, int] = {}
 
@@ -177,6 +184,9 @@ class CompiledBackend(EagerBackend):
         self.compile_mode = compile_mode
         self.narrow = {name: self._compile(stack) for name, stack in self.stacks.items()}
         self.wide = torch.compile(_forward_wide, fullgraph=True, dynamic=True)
+        if device.type == "cpu" and options.aot_graphs and self.cpp_wrapper:
+            from .graph_store import GraphStore
+            self.store = GraphStore(mode, {k: v for k, v in options.record().items() if k in STORE_SWITCHES})
 
     def _compile(self, stack: DecoderStack):
         return torch.compile(stack, fullgraph=True, mode=self.compile_mode)
@@ -200,16 +210,39 @@ class CompiledBackend(EagerBackend):
         static = self._static(T, r.prefill)
         key = GraphKey(r.a, r.b, r.head, r.capture, r.x.dtype == torch.long, r.skip, T if static else "wide", r.stack)
         self.used.add(key)
-        started = time.perf_counter() if key not in self.graphs else None
-        if started is not None and self.on_new_graph is not None:
-            self.on_new_graph(key)
+        new = key not in self.graphs
+        started = time.perf_counter() if new else None
         # layer sets as frozensets: under dynamic=True dynamo makes the ints of a tuple symbolic, and
         # ``i in (0, 1)`` is then False for every i (torch 2.13), so the wide graph captured nothing
         capture, skip = frozenset(r.capture), (frozenset(r.skip[0]), frozenset(r.skip[1]))
         args = (r.x, r.positions, r.slots, r.bias, r.keys, r.values, r.a, r.b, r.head, capture, skip)
-        out = self.narrow[r.stack](*args) if static else self.wide(self.stacks[r.stack], *args, True)
+        told = [False]
+
+        def tell(loading: bool = False) -> None:  # progress, before a graph is loaded or compiled
+            if new and self.on_new_graph is not None:
+                self.loading, told[0] = loading, True
+                try:
+                    self.on_new_graph(key)
+                finally:
+                    self.loading = False
+
+        package = None
+        if self.store is not None and self.store.fits(args, not static) and key not in self.store.failures:
+            signed = (key, self.store.signature(self.stacks[r.stack], args, not static))
+            package = self.packages.get(signed)
+            if package is None:
+                package = self.store.get(key, self.stacks[r.stack], args[:6], args[6:], not static, tell)
+                if package is not None:
+                    self.packages[signed] = package
+        if not told[0]:
+            tell()
+        if package is not None:
+            out = package(*(t.contiguous() for t in args[:6]))
+        else:
+            out = self.narrow[r.stack](*args) if static else self.wide(self.stacks[r.stack], *args, True)
         if started is not None:  # a new graph: this call compiled it
             self.graphs.add(key)
             self.compile_times[key] = time.perf_counter() - started
             self.compile_s += self.compile_times[key]
         return out
+

@@ -1,0 +1,90 @@
+"""The graph store (``specharness.model.graph_store``): compiled CPU graphs kept as AOTInductor
+packages, so a second process loads them instead of tracing, AOT-compiling and freezing again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from specharness.engine_options import EngineOptions
+from specharness.model import TargetModel
+from specharness.model.graph_store import GraphStore
+
+
+def test_a_second_process_loads_every_graph_from_the_store_and_computes_the_first_ones_logits(tmp_path):
+    """Three processes on one fresh store, bfloat16 max-autotune (frozen, oneDNN-packed weights in the
+    package): the first builds a package per model, two models of one shape with other weights
+    each get their own logits (keyed by shape alone, the second would run the first's weights); the
+    second process builds nothing, loads both, and gets the first's logits bit for bit; with the
+    store off, torch.compile gives the same logits."""
+    probe = Path(__file__).with_name("inductor_cache_probe.py")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "TORCH_COMPILE"))}
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), SPECHARNESS_CACHE=str(tmp_path / "cache"))
+
+    def process(store: str) -> dict:
+        done = subprocess.run([sys.executable, str(probe), "1", "2"], env={**env, "SPECHARNESS_AOT_GRAPHS": store},
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])["runs"]
+
+    first = process("1")
+    assert all(r["failures"] == {} and r["built"] == 1 and r["loaded"] == 0 for r in first.values()), first
+    assert all(r["eager_gap"] < 0.25 for r in first.values())  # each model's own weights ran
+    assert first["1"]["logits"] != first["2"]["logits"]
+    assert len(list((tmp_path / "cache" / "graphs").glob("*.pt2"))) == 2
+    second = process("1")
+    assert all(r["built"] == 0 and r["loaded"] == 1 for r in second.values()), second
+    assert [r["logits"] for r in second.values()] == [r["logits"] for r in first.values()]
+    off = process("0")
+    assert all(r["loaded"] is None for r in off.values())
+    assert all(abs(a - b) <= 0.05 * max(1.0, abs(b)) for s in "12" for a, b in zip(off[s]["logits"], first[s]["logits"]))
+
+
+def test_the_store_keys_weights_by_value_and_graphs_by_what_they_compute():
+    """The key changes with a weight's value (after an in-place edit too), the graph and the
+    inputs' static shapes; a cache's slot count and the context are export dimensions, not keys."""
+    from specharness.model.backends import GraphKey
+    model = TargetModel.tiny("llama", seed=3)
+    stack = model.backend.stack
+    store = GraphStore("default", {}, root=Path("/nonexistent"))
+    g = GraphKey(0, 4, True, (), True, ((), ()), 2)
+    args = lambda slots, ctx: (torch.zeros(2, dtype=torch.long), torch.zeros(2, dtype=torch.long),  # noqa: E731
+                               torch.zeros(2, dtype=torch.long), torch.zeros(2, ctx), torch.zeros(4, 2, slots, 16),
+                               torch.zeros(4, 2, slots, 16))
+    base = store.key(g, stack, args(32, 5), False)[0]
+    assert store.key(g, stack, args(64, 9), False)[0] == base
+    assert store.key(g._replace(width=4), stack, args(32, 5), False)[0] != base
+    assert store.key(g._replace(stack="drafter-x"), stack, args(32, 5), False)[0] == base  # named by its weights
+    with torch.no_grad():
+        stack.wo[0][0, 0] += 1.0
+    assert store.key(g, stack, args(32, 5), False)[0] != base
+    other = TargetModel.tiny("llama", seed=4).backend.stack
+    assert store.key(g, other, args(32, 5), False)[0] != store.key(g, stack, args(32, 5), False)[0]
+    assert not GraphStore.fits(args(32, 1), False) and GraphStore.fits(args(32, 2), False)
+
+
+def test_the_store_is_an_engine_switch_and_compiled_generation_through_it_equals_eager(tmp_path, monkeypatch):
+    """``SPECHARNESS_AOT_GRAPHS=0`` turns it off; on, a float32 compiled generation (prefill through the
+    wide package, rounds through width packages) gives eager's tokens, every graph from the store."""
+    from specharness.engine import generate
+    from specharness.methods.vanilla import NoDraft
+    from specharness.verify import greedy
+    assert EngineOptions.from_env({"SPECHARNESS_AOT_GRAPHS": "0"}).aot_graphs is False
+    assert EngineOptions.from_env({}).aot_graphs is True
+    monkeypatch.setenv("SPECHARNESS_CACHE", str(tmp_path))
+    compiled, eager = TargetModel.tiny("llama", seed=5), TargetModel.tiny("llama", seed=5)
+    compiled.compile("default")
+    prompt = [3, 7, 11, 5, 9]
+    with torch.inference_mode():
+        got = generate(compiled, NoDraft(), greedy, prompt, 8).token_ids
+        want = generate(eager, NoDraft(), greedy, prompt, 8).token_ids
+    store = compiled.backend.store
+    assert got == want
+    assert store.failures == {} and store.built == compiled.backend.graphs
+    assert any(k.width == "wide" for k in store.built)
