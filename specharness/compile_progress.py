@@ -49,7 +49,7 @@ class CompileProgress:
     def __call__(self, key) -> None:
         done = {graph_id(k) for k in self.backend.graphs}
         n = len(self.backend.graphs) + 1
-        verb = "loading" if getattr(self.backend, "loading", False) else "compiling"  # a stored package loads
+        verb = "loading" if self.backend.loading else "compiling"  # a stored package loads
         line = f"{verb} graph {n} ({key.describe()})"
         if self.last:
             todo = [g for g in self.last if g not in done]

@@ -214,7 +214,7 @@ def run_question(target: TargetModel, method: Method, q: Question, s: Settings,
 def stored_graphs(backend) -> dict:
     """How many of the run's graphs came from the graph store (loaded, built and kept), and which
     could not be packaged (they run through torch.compile)."""
-    store = getattr(backend, "store", None)
+    store = backend.store
     if store is None:
         return {}
     return {"graphs_loaded": len(store.loaded), "graphs_stored": len(store.built),

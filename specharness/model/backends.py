@@ -115,7 +115,6 @@ class EagerBackend:
         self.on_new_graph: Callable[[GraphKey], None] | None = None  # told before each compile (a progress line)
         self.loading = False  # while ``on_new_graph`` is told: the graph is loaded from the store, not compiled
         self.store = None  # compiled graphs kept on disk (``graph_store.GraphStore``), where used
-        self.packages: dict[tuple, Callable] = {}  # (graph key, its inputs' signature) -> the store's package
         # width -> a wider width whose compiled graph measured faster (``width_curve``; set after warm-up)
         self.route: dict[int, int] = {}
 
@@ -184,6 +183,7 @@ class CompiledBackend(EagerBackend):
         self.compile_mode = compile_mode
         self.narrow = {name: self._compile(stack) for name, stack in self.stacks.items()}
         self.wide = torch.compile(_forward_wide, fullgraph=True, dynamic=True)
+        self.packages: dict[tuple, Callable] = {}  # (graph key, its inputs' signature) -> the store's package
         if device.type == "cpu" and options.aot_graphs and self.cpp_wrapper:
             from .graph_store import GraphStore
             self.store = GraphStore(mode, {k: v for k, v in options.record().items() if k in STORE_SWITCHES})
@@ -216,33 +216,31 @@ class CompiledBackend(EagerBackend):
         # ``i in (0, 1)`` is then False for every i (torch 2.13), so the wide graph captured nothing
         capture, skip = frozenset(r.capture), (frozenset(r.skip[0]), frozenset(r.skip[1]))
         args = (r.x, r.positions, r.slots, r.bias, r.keys, r.values, r.a, r.b, r.head, capture, skip)
-        told = [False]
-
-        def tell(loading: bool = False) -> None:  # progress, before a graph is loaded or compiled
-            if new and self.on_new_graph is not None:
-                self.loading, told[0] = loading, True
-                try:
-                    self.on_new_graph(key)
-                finally:
-                    self.loading = False
-
-        package = None
-        if self.store is not None and self.store.fits(args, not static) and key not in self.store.failures:
-            signed = (key, self.store.signature(self.stacks[r.stack], args, not static))
-            package = self.packages.get(signed)
-            if package is None:
-                package = self.store.get(key, self.stacks[r.stack], args[:6], args[6:], not static, tell)
-                if package is not None:
-                    self.packages[signed] = package
-        if not told[0]:
-            tell()
+        stack, wide = self.stacks[r.stack], not static
+        stored = self.store is not None and self.store.fits(args, wide) and key not in self.store.failures
+        if new and self.on_new_graph is not None:  # progress, before the graph is loaded or compiled
+            self.loading = stored and self.store.stored(key, stack, args, wide)
+            try:
+                self.on_new_graph(key)
+            finally:
+                self.loading = False
+        package = self._package(key, stack, args, wide) if stored else None
         if package is not None:
             out = package(*(t.contiguous() for t in args[:6]))
         else:
-            out = self.narrow[r.stack](*args) if static else self.wide(self.stacks[r.stack], *args, True)
+            out = self.narrow[r.stack](*args) if static else self.wide(stack, *args, True)
         if started is not None:  # a new graph: this call compiled it
             self.graphs.add(key)
             self.compile_times[key] = time.perf_counter() - started
             self.compile_s += self.compile_times[key]
         return out
 
+    def _package(self, key: GraphKey, stack: DecoderStack, args: tuple, wide: bool) -> Callable | None:
+        """The store's package for this call (loaded or built on first use), or None: torch.compile runs it."""
+        signed = (key, self.store.signature(stack, args, wide))
+        package = self.packages.get(signed)
+        if package is None:
+            package = self.store.get(key, stack, args[:6], args[6:], wide)
+            if package is not None:
+                self.packages[signed] = package
+        return package

@@ -244,16 +244,21 @@ KNOWN_BEST = (
 OTHERS_LIMIT = 0.5  # others' work on our cores during the timing, in cores, above which a choice is flagged
 
 
-def cpu_features() -> tuple[str, ...]:
-    """The CPU flags that pick a table row, from /proc/cpuinfo (none where it cannot be read)."""
+def cpu_flags() -> frozenset[str]:
+    """Every flag /proc/cpuinfo lists (none where it cannot be read)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                return tuple(f for f in FEATURE_FLAGS if f in flags)
+                return frozenset(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return ()
+    return frozenset()
+
+
+def cpu_features() -> tuple[str, ...]:
+    """The CPU flags that pick a table row."""
+    flags = cpu_flags()
+    return tuple(f for f in FEATURE_FLAGS if f in flags)
 
 
 def from_table(dtype: str, compile_mode: str, device: str, model: str | None, threads: int) -> EngineConfig | None:

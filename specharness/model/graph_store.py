@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform
 import time
 import warnings
 from collections.abc import Callable
@@ -42,7 +41,8 @@ import torch
 from torch import nn
 
 from ..errors import exception_line
-from ..paths import cache_root
+from ..paths import cache_root, write_text_atomic
+from .accel.inductor_cache import weights_digest
 
 MAX_DIM = 1 << 16  # the widest prompt and the longest cache a package takes (the model's context is less)
 
@@ -64,13 +64,8 @@ def _code_digest() -> str:
 
 def _cpu() -> str:
     """The CPU model and its flags: kernels compiled for one ISA must not run on another."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or platform.machine()
-    model = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")), "")
-    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
-    return f"{model}|{hashlib.sha256(' '.join(sorted(flags)).encode()).hexdigest()[:12]}"
+    from .engine_choice import cpu_flags, cpu_name
+    return f"{cpu_name()}|{hashlib.sha256(' '.join(sorted(cpu_flags())).encode()).hexdigest()[:12]}"
 
 
 def examples(args: tuple, wide: bool) -> tuple:
@@ -113,33 +108,30 @@ class GraphStore:
         self.failures: dict = {}  # graph key -> why it runs through torch.compile instead
 
     def weights_digest(self, stack: nn.Module) -> str:
-        """A digest of the stack's tensors' values, recomputed only after an in-place change (a
-        tensor's version counter moves)."""
-        tensors = [t for _, t in sorted({**dict(stack.named_parameters()), **dict(stack.named_buffers())}.items())]
-        versions = tuple(t._version for t in tensors)
+        """A digest of the stack's tensors' values (``inductor_cache.weights_digest`` of each),
+        recomputed only after an in-place change (a tensor's version counter moves)."""
+        tensors = sorted({**dict(stack.named_parameters()), **dict(stack.named_buffers())}.items())
+        versions = tuple(t._version for _, t in tensors)
         memo = self.digests.get(id(stack))
-        if memo is not None and memo[0] == versions:
-            return memo[1]
-        h = hashlib.blake2b(digest_size=16)
-        for t in tensors:
-            h.update(f"{tuple(t.shape)}{t.dtype}".encode())
-            h.update(t.detach().contiguous().reshape(-1).view(torch.uint8).numpy())
-        self.digests[id(stack)] = (versions, h.hexdigest())
-        return self.digests[id(stack)][1]
+        if memo is None or memo[0] != versions:
+            parts = [f"{name}{tuple(t.shape)}{t.dtype}{weights_digest(t)}" for name, t in tensors]
+            memo = self.digests[id(stack)] = (versions, hashlib.sha256("".join(parts).encode()).hexdigest()[:32])
+        return memo[1]
 
     @staticmethod
     def signature(stack: nn.Module, args: tuple, wide: bool) -> tuple:
-        """What a package is specialised on besides its graph key and weights: the inputs' dtypes and
-        static shapes and the stack's settings (its attention kernel path changes after a kernel fails)."""
+        """What a package is specialised on besides its graph key and weights, cheap enough for every
+        call: the inputs' dtypes and static shapes, and the stack's attention kernel path (it
+        changes when our kernel fails mid-run)."""
         x, bias, keys = args[0], args[3], args[4]
-        return (str(x.dtype), tuple(x.shape[1:] if wide else x.shape), str(bias.dtype), str(keys.dtype),
-                (keys.shape[0], keys.shape[1], keys.shape[3]), repr((stack.eps, stack.shape, stack.attention,
-                                                                      stack.cache_layers)))
+        return (x.dtype, x.shape[1:] if wide else x.shape, bias.dtype, keys.dtype, keys.shape[:2], keys.shape[3],
+                stack.attention)
 
     def key(self, graph, stack: nn.Module, args: tuple, wide: bool) -> tuple[str, dict]:
         """The package's file stem and the readable record it is stored with."""
         record = {**self.env, "graph": repr(tuple(graph._replace(stack=""))),  # the stack by its weights, not its name
-                  "weights": self.weights_digest(stack), "inputs": repr(self.signature(stack, args, wide))}
+                  "weights": self.weights_digest(stack), "inputs": repr(self.signature(stack, args, wide)),
+                  "stack": repr((stack.eps, stack.shape, stack.cache_layers))}
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:24], record
 
     @staticmethod
@@ -148,23 +140,25 @@ class GraphStore:
         T, ctx, slots = args[0].shape[0], args[3].shape[1], args[4].shape[2]
         return 2 <= ctx <= MAX_DIM and 2 <= slots <= MAX_DIM and (not wide or 2 <= T <= MAX_DIM)
 
-    def get(self, graph, stack: nn.Module, args: tuple, fixed: tuple, wide: bool,
-            on_start: Callable[[bool], None] | None = None) -> Callable | None:
-        """The package for ``graph`` (``fixed``: a, b, head, capture, skip), loaded or built now;
-        None when it cannot be built (the reason is in ``failures``). ``on_start(loading)`` is told
-        before a load (True) or a build (False)."""
-        on_start = on_start or (lambda loading: None)
+    def path(self, graph, stack: nn.Module, args: tuple, wide: bool) -> tuple[Path, dict]:
         stem, record = self.key(graph, stack, args, wide)
-        path = self.root / f"{stem}.pt2"
+        return self.root / f"{stem}.pt2", record
+
+    def stored(self, graph, stack: nn.Module, args: tuple, wide: bool) -> bool:
+        """Whether ``get`` would load this graph rather than build it (progress says which)."""
+        return self.path(graph, stack, args, wide)[0].is_file()
+
+    def get(self, graph, stack: nn.Module, args: tuple, fixed: tuple, wide: bool) -> Callable | None:
+        """The package for ``graph`` (``fixed``: a, b, head, capture, skip), loaded or built now;
+        None when it cannot be built (the reason is in ``failures``)."""
+        path, record = self.path(graph, stack, args, wide)
         if path.is_file():
             try:
-                on_start(True)
                 fn = torch._inductor.aoti_load_package(str(path))
                 self.loaded.add(graph)
                 return fn
             except Exception:  # a package torch cannot read (truncated, another build): build it again
                 path.unlink(missing_ok=True)
-        on_start(False)
         try:
             fn = self._build(stack, args, fixed, wide, path, record)
         except Exception as exc:  # an op export or AOTInductor cannot take: torch.compile runs it
@@ -195,5 +189,5 @@ class GraphStore:
             torch._inductor.aoti_compile_and_package(program, package_path=str(part), inductor_configs=configs)
         part.replace(path)  # whole or absent: an interrupted build leaves no package to load
         record = {**record, "build_s": round(time.perf_counter() - started, 1)}
-        path.with_suffix(".json").write_text(json.dumps(record, indent=1, sort_keys=True))
+        write_text_atomic(path.with_suffix(".json"), json.dumps(record, indent=1, sort_keys=True))
         return torch._inductor.aoti_load_package(str(path))
