@@ -49,15 +49,24 @@ class CompileProgress:
     def __call__(self, key) -> None:
         done = {graph_id(k) for k in self.backend.graphs}
         n = len(self.backend.graphs) + 1
-        verb = "loading" if self.backend.loading else "compiling"  # a stored package loads
+        # a stored package loads; one built in the background runs eagerly until warm-up waits for it
+        verb = "loading" if self.backend.loading else "building" if self.backend.background else "compiling"
         line = f"{verb} graph {n} ({key.describe()})"
+        if self.backend.background:
+            line += f" in the background ({self.backend.build_jobs} at a time)"
         if self.last:
             todo = [g for g in self.last if g not in done]
             left = len([g for g in todo if g != graph_id(key)])
-            line += f", {left} more expected, about {sum(self.last[g] for g in todo):.0f} s to go (earlier runs' times)"
+            line += (f", {left} more expected, about {sum(self.last[g] for g in todo) / self.backend.build_jobs:.0f} s "
+                     "to go (earlier runs' times)")
         else:
             line += ", no estimate yet (first compile of this engine here)"
         self.say(f"{line}; {time.perf_counter() - self.started:.0f} s so far")
+
+    def built(self, key, seconds: float, left: int) -> None:
+        """A background build ended (``on_graph_built``): which, how long it took, how many are still awaited."""
+        self.say(f"graph built ({key.describe()}) in {seconds:.0f} s; {left} more to wait for; "
+                 f"{time.perf_counter() - self.started:.0f} s so far")
 
     def save(self) -> None:
         """Keep every graph's compile seconds for the next run (a graph not compiled now keeps its old time)."""

@@ -217,11 +217,11 @@ def run_here(plan: RunPlan, session: Session, files: ResultFiles) -> int:
         files.bar.set_postfix_str(f"warm-up: {line}", refresh=True)
 
     progress = CompileProgress(target.backend, session.compile_times, say, session.compile_last)
-    target.backend.on_new_graph = progress
+    target.backend.on_new_graph, target.backend.on_graph_built = progress, progress.built
     try:
         warm = warm_up(target, files.methods, plan.questions, plan.settings)
     finally:  # Ctrl-C keeps the times of the graphs already compiled
-        target.backend.on_new_graph = None
+        target.backend.on_new_graph = target.backend.on_graph_built = None
         progress.save()
     if target.backend.compiled:
         loaded = f" ({warm['graphs_loaded']} loaded from earlier runs)" if warm.get("graphs_loaded") else ""

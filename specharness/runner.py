@@ -233,17 +233,18 @@ def warm_up(target: TargetModel, methods: list[Method], questions: list[Question
     started, compiled_before = time.perf_counter(), target.backend.compile_s
     max_width = max((m.max_width for m in methods), default=1)
     target.expect_widths(max_width)
-    if s.warmup and questions:
-        short = Settings(min(16, s.max_new_tokens), s.temperature, s.seed)
-        graphs = 0
-        for m in methods:  # each method's own graphs, to its own widest verification: no graph nobody runs
-            target.backend.used.clear()
-            for _ in range(s.warmup):
-                run_question(target, m, Question("warmup", "qa", "qa", questions[0].turns[:1]), short)
-            graphs += target.precompile(m.max_width, set(target.backend.used), m.verify_layer)
-    else:
-        graphs = target.precompile(max_width)
-    graphs += precompile_vanilla_widths(target)
+    with target.backend.in_background():  # packages build in child processes while these forwards run eagerly
+        if s.warmup and questions:
+            short = Settings(min(16, s.max_new_tokens), s.temperature, s.seed)
+            graphs = 0
+            for m in methods:  # each method's own graphs, to its own widest verification: no graph nobody runs
+                target.backend.used.clear()
+                for _ in range(s.warmup):
+                    run_question(target, m, Question("warmup", "qa", "qa", questions[0].turns[:1]), short)
+                graphs += target.precompile(m.max_width, set(target.backend.used), m.verify_layer)
+        else:
+            graphs = target.precompile(max_width)
+        graphs += precompile_vanilla_widths(target)
     target.backend.route = {}  # measured unrouted (an earlier warm-up in this process may have set one)
     curve = verify_curve(target)
     target.backend.route = choose_route(curve)

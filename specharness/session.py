@@ -122,13 +122,13 @@ class Session:
             progress.append(CompileProgress(backend, times_file(machine, config.dtype, config.compile),
                                             lambda line: print(f"engine: {line}", file=sys.stderr, flush=True),
                                             self.compile_last))
-            backend.on_new_graph = progress[-1]
+            backend.on_new_graph, backend.on_graph_built = progress[-1], progress[-1].built
         try:
             mode, why = engine_choice.apply(target, config.compile, watch)
         finally:
             for p in progress:
                 p.save()
-                p.backend.on_new_graph = None
+                p.backend.on_new_graph = p.backend.on_graph_built = None
         self.compile_times = times_file(machine, config.dtype, mode)  # warm-up's estimates add to it
         if mode != config.compile:  # the compile failed: eager has graphs of its own (none)
             self.compile_last = read_times(self.compile_times)

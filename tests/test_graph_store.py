@@ -87,3 +87,75 @@ def test_the_store_is_an_engine_switch_and_compiled_generation_through_it_equals
     assert got == want
     assert store.failures == {} and store.built == compiled.backend.graphs
     assert any(k.width == "wide" for k in store.built)
+
+
+def _generation(seed: int, monkeypatch, tmp_path):
+    from specharness.engine import generate
+    from specharness.methods.vanilla import NoDraft
+    from specharness.verify import greedy
+    monkeypatch.setenv("SPECHARNESS_CACHE", str(tmp_path))
+    compiled, eager = TargetModel.tiny("llama", seed=seed), TargetModel.tiny("llama", seed=seed)
+    compiled.compile("default")
+    prompt = [3, 7, 11, 5, 9]
+
+    def run(model):
+        with torch.inference_mode():
+            return generate(model, NoDraft(), greedy, prompt, 8).token_ids
+    return compiled, run, run(eager)
+
+
+def test_graphs_built_in_the_background_run_eagerly_until_the_block_ends_then_from_their_packages(tmp_path, monkeypatch):
+    """Inside ``in_background`` a missing graph is exported and built by a child process while its
+    calls run eagerly (eager's tokens); leaving the block waits for every build and loads it, and a
+    generation after it runs the packages, compiling nothing more."""
+    compiled, run, want = _generation(6, monkeypatch, tmp_path)
+    backend, store = compiled.backend, compiled.backend.store
+    with backend.in_background():
+        assert run(compiled) == want
+        assert backend.building and len(backend.building) == len(backend.graphs)  # prefill's wide graph and steps'
+        assert not backend.packages
+    assert not backend.building and store.failures == {}
+    assert store.built == backend.graphs and len(backend.packages) == len(backend.graphs)
+    assert all(b.done and b.proc.returncode == 0 for b in store.builds)
+    assert sorted(p.suffix for p in (tmp_path / "graphs").iterdir()) == sorted([".json", ".pt2"] * len(backend.graphs))
+    graphs = set(backend.graphs)
+    assert run(compiled) == want
+    assert backend.graphs == graphs and len(store.builds) == len(graphs)
+
+
+def test_a_failed_background_build_is_compiled_by_torch_compile_before_the_block_ends(tmp_path, monkeypatch):
+    """A child that fails leaves its last line as the reason (its log stays beside the store); the
+    graph is compiled by torch.compile when the block ends (untimed), so later calls compile nothing
+    and give eager's tokens."""
+    from specharness.model import graph_store
+    monkeypatch.setattr(graph_store, "BUILDER", [sys.executable, "-c",
+                                                 "import sys; print('graph build failed: RuntimeError: no compiler'); "
+                                                 "sys.exit(1)"])
+    compiled, run, want = _generation(7, monkeypatch, tmp_path)
+    backend, store = compiled.backend, compiled.backend.store
+    with backend.in_background():
+        assert run(compiled) == want
+    assert set(store.failures) == backend.graphs
+    assert set(store.failures.values()) == {"RuntimeError: no compiler"}
+    assert sorted(p.suffix for p in (tmp_path / "graphs").iterdir()) == [".log"] * len(backend.graphs)
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    assert run(compiled) == want
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == frames  # compiled when the block ended
+
+
+def test_an_interrupted_background_block_stops_its_builds_and_leaves_nothing_half_built(tmp_path, monkeypatch):
+    """Ctrl-C inside the block kills the running children and removes their programs, specs and half
+    packages; a package finished earlier would stay (nothing here finishes)."""
+    from specharness.model import graph_store
+    monkeypatch.setattr(graph_store, "BUILDER", [sys.executable, "-c", "import time; time.sleep(600)"])
+    compiled, run, want = _generation(8, monkeypatch, tmp_path)
+    backend, store = compiled.backend, compiled.backend.store
+    try:
+        with backend.in_background():
+            run(compiled)
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    assert store.builds and all(b.proc.returncode is not None for b in store.builds)
+    assert not backend.building and not backend.deferred
+    assert list((tmp_path / "graphs").iterdir()) == []

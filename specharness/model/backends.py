@@ -10,7 +10,8 @@ limits, inductor freezing, the C++ wrapper, the CPU accelerator pieces) come fro
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -19,6 +20,7 @@ import torch
 from ..engine_options import EngineOptions
 from .accel import amx_prefetch
 from .accel.inductor_cache import cache_prepacked_graphs
+from .graph_store import examples
 from .stack import DecoderStack, Skip
 
 COMPILE_MODES = ("none", "default", "max-autotune")
@@ -113,7 +115,11 @@ class EagerBackend:
         self.compile_s = 0.0
         self.compile_times: dict[GraphKey, float] = {}  # seconds each graph took to compile (progress estimates)
         self.on_new_graph: Callable[[GraphKey], None] | None = None  # told before each compile (a progress line)
+        # told as each background build ends: (graph, its build seconds, builds still to wait for)
+        self.on_graph_built: Callable[[GraphKey, float, int], None] | None = None
         self.loading = False  # while ``on_new_graph`` is told: the graph is loaded from the store, not compiled
+        self.background = False  # while ``on_new_graph`` is told: the graph builds in a child process
+        self.build_jobs = 1  # builds at once (``in_background``)
         self.store = None  # compiled graphs kept on disk (``graph_store.GraphStore``), where used
         # width -> a wider width whose compiled graph measured faster (``width_curve``; set after warm-up)
         self.route: dict[int, int] = {}
@@ -129,6 +135,12 @@ class EagerBackend:
     def width(self, T: int, prefill: bool = False) -> int:
         return T
 
+    @contextmanager
+    def in_background(self) -> Iterator[None]:
+        """Untimed work (warm-up) during which graphs may build in the background (``CompiledBackend``);
+        nothing to build here."""
+        yield
+
     def routed(self, key: GraphKey) -> int:
         """The width to run ``key``'s forward at: the route's wider width when that graph of the same layers
         is compiled (a route never compiles), else its own."""
@@ -143,6 +155,9 @@ def _forward_wide(stack: DecoderStack, *args):
     """A second entry point (its own code object, so its own graph cache) for prefills and widths
     past the static buckets: compiled once with a dynamic width."""
     return stack(*args)
+
+
+_BUILDING = object()  # a call's package is building in a child process (``CompiledBackend.in_background``)
 
 
 class CompiledBackend(EagerBackend):
@@ -184,9 +199,49 @@ class CompiledBackend(EagerBackend):
         self.narrow = {name: self._compile(stack) for name, stack in self.stacks.items()}
         self.wide = torch.compile(_forward_wide, fullgraph=True, dynamic=True)
         self.packages: dict[tuple, Callable] = {}  # (graph key, its inputs' signature) -> the store's package
+        self.building: dict[tuple, tuple] = {}  # (graph key, signature) -> (its build, stack, args, wide)
+        self.deferred = False  # inside ``in_background``
         if device.type == "cpu" and options.aot_graphs and self.cpp_wrapper:
             from .graph_store import GraphStore
-            self.store = GraphStore(mode, {k: v for k, v in options.record().items() if k in STORE_SWITCHES})
+            self.store = GraphStore(mode, {k: v for k, v in options.record().items() if k in STORE_SWITCHES},
+                                    quiet=options.quiet_autotune)
+
+    @contextmanager
+    def in_background(self) -> Iterator[None]:
+        """Within this block a graph missing from the store is exported, its package built by a child
+        process (``graph_store.GraphStore.start``: one per core at once), and its calls run eagerly
+        meanwhile: only for untimed work, whose outputs are those of the same layers. Leaving the
+        block waits for every build and loads it (a failed build is compiled by torch.compile then),
+        so nothing compiles after it. Interrupted, it stops the builds; finished packages stay."""
+        if self.store is None or self.deferred:
+            yield
+            return
+        self.deferred, self.build_jobs = True, self.store.jobs
+        try:
+            yield
+        except BaseException:
+            self.store.stop()
+            self.building.clear()
+            raise
+        finally:
+            self.deferred, self.build_jobs = False, 1
+        self.finish()
+
+    def finish(self) -> None:
+        """Wait for the background builds, in the order they started, and load their packages."""
+        pending, self.building = list(self.building.items()), {}
+        waited = time.perf_counter()
+        for n, ((key, sig), (build, stack, args, wide)) in enumerate(pending):
+            package = self.store.wait(build)
+            if package is not None:
+                self.packages[(key, sig)] = package
+            else:  # its build failed (the reason is in store.failures): torch.compile it now, untimed
+                with torch.inference_mode():
+                    self._compiled(key.stack, stack, (*examples(args, wide), *args[6:]), not wide, mark=True)
+            self.compile_times[key] = build.seconds
+            if self.on_graph_built is not None:
+                self.on_graph_built(key, build.seconds, len(pending) - n - 1)
+        self.compile_s += time.perf_counter() - waited
 
     def _compile(self, stack: DecoderStack):
         return torch.compile(stack, fullgraph=True, mode=self.compile_mode)
@@ -205,8 +260,6 @@ class CompiledBackend(EagerBackend):
 
     def __call__(self, r: ForwardRequest) -> tuple:
         T = r.x.shape[0]
-        if r.bias.shape[1] > 1:
-            torch._dynamo.mark_dynamic(r.bias, 1)  # the context grows every round
         static = self._static(T, r.prefill)
         key = GraphKey(r.a, r.b, r.head, r.capture, r.x.dtype == torch.long, r.skip, T if static else "wide", r.stack)
         self.used.add(key)
@@ -220,27 +273,49 @@ class CompiledBackend(EagerBackend):
         stored = self.store is not None and self.store.fits(args, wide) and key not in self.store.failures
         if new and self.on_new_graph is not None:  # progress, before the graph is loaded or compiled
             self.loading = stored and self.store.stored(key, stack, args, wide)
+            self.background = stored and self.deferred and not self.loading
             try:
                 self.on_new_graph(key)
             finally:
-                self.loading = False
+                self.loading = self.background = False
         package = self._package(key, stack, args, wide) if stored else None
-        if package is not None:
+        if package is _BUILDING:  # untimed: the same layers, eagerly, while the package builds
+            out = stack(*args, wide)
+        elif package is not None:
             out = package(*(t.contiguous() for t in args[:6]))
         else:
-            out = self.narrow[r.stack](*args) if static else self.wide(stack, *args, True)
+            out = self._compiled(r.stack, stack, args, static)
         if started is not None:  # a new graph: this call compiled it
             self.graphs.add(key)
             self.compile_times[key] = time.perf_counter() - started
             self.compile_s += self.compile_times[key]
         return out
 
+    def _compiled(self, name: str, stack: DecoderStack, args: tuple, static: bool, mark: bool = False) -> tuple:
+        """The call through torch.compile's graph (``mark``: the cache's slots dynamic too, as
+        ``TargetModel.new_cache`` marks a cache's)."""
+        if args[3].shape[1] > 1:
+            torch._dynamo.mark_dynamic(args[3], 1)  # the context grows every round
+        if mark:
+            for cache in args[4:6]:
+                torch._dynamo.mark_dynamic(cache, 2)
+        return self.narrow[name](*args) if static else self.wide(stack, *args, True)
+
     def _package(self, key: GraphKey, stack: DecoderStack, args: tuple, wide: bool) -> Callable | None:
-        """The store's package for this call (loaded or built on first use), or None: torch.compile runs it."""
+        """The store's package for this call (loaded, or built on first use), ``_BUILDING`` while it
+        builds in the background, or None: torch.compile runs it."""
         signed = (key, self.store.signature(stack, args, wide))
         package = self.packages.get(signed)
+        if package is None and signed in self.building:
+            return _BUILDING
         if package is None:
-            package = self.store.get(key, stack, args[:6], args[6:], wide)
-            if package is not None:
-                self.packages[signed] = package
+            package = self.store.find(key, stack, args[:6], wide)
+        if package is None:
+            build = self.store.start(key, stack, args[:6], args[6:], wide)
+            if build is not None and self.deferred:
+                self.building[signed] = (build, stack, args, wide)
+                return _BUILDING
+            package = None if build is None else self.store.wait(build)
+        if package is not None:
+            self.packages[signed] = package
         return package

@@ -201,7 +201,8 @@ def apply(target, mode: str, watch: Callable[[object], None] | None = None) -> t
         target.compile(mode)
         if watch is not None:
             watch(target.backend)
-        step_ms(target, context=16, repeats=1)  # compiles now: a failure shows here, not mid-run
+        with target.backend.in_background():  # the prefill's and the step's graphs build side by side
+            step_ms(target, context=16, repeats=1)  # compiles now: a failure shows here, not mid-run
         return mode, None
     except UsageError:
         raise

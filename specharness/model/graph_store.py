@@ -32,9 +32,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 import time
-import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -44,6 +47,7 @@ from ..errors import exception_line
 from ..paths import cache_root, write_text_atomic
 from .accel.inductor_cache import weights_digest
 
+BUILDER = [sys.executable, "-m", "specharness.model.graph_build"]  # a child that builds one package from its spec
 MAX_DIM = 1 << 16  # the widest prompt and the longest cache a package takes (the model's context is less)
 
 
@@ -94,18 +98,39 @@ class _Graph(nn.Module):
         return self.stack(x, positions, slots, bias, keys, values, *self.args)
 
 
+@dataclass
+class Build:
+    """A package being built by a child process (``GraphStore.start``)."""
+
+    graph: tuple
+    path: Path
+    proc: subprocess.Popen
+    started: float
+    scratch: list[Path]  # the exported program, the child's spec, its half-built package: gone when it ends
+    done: bool | None = None
+    package: Callable | None = None
+    seconds: float = 0.0  # export to loaded
+
+
+def default_jobs() -> int:
+    """Builds at once: one per core (a build runs on one), at most 4 (each holds a few GB)."""
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
 class GraphStore:
     """AOTInductor packages of one backend's graphs: ``get`` loads a stored one, or exports,
     compiles, stores and loads it. ``loaded``/``built`` say which graphs came which way."""
 
-    def __init__(self, mode: str, settings: dict, root: Path | None = None) -> None:
-        self.mode, self.root = mode, root or store_dir()
+    def __init__(self, mode: str, settings: dict, root: Path | None = None, quiet: bool = True,
+                 jobs: int | None = None) -> None:
+        self.mode, self.root, self.quiet, self.jobs = mode, root or store_dir(), quiet, jobs or default_jobs()
         self.env = {"torch": torch.__version__, "cpu": _cpu(), "threads": torch.get_num_threads(), "mode": mode,
                     "code": _code_digest(), **settings}
         self.digests: dict[int, tuple[tuple[int, ...], str]] = {}  # id(stack) -> (param versions, digest)
         self.loaded: set = set()
         self.built: set = set()
         self.failures: dict = {}  # graph key -> why it runs through torch.compile instead
+        self.builds: list[Build] = []  # every build this store started, running or ended
 
     def weights_digest(self, stack: nn.Module) -> str:
         """A digest of the stack's tensors' values (``inductor_cache.weights_digest`` of each),
@@ -151,24 +176,36 @@ class GraphStore:
     def get(self, graph, stack: nn.Module, args: tuple, fixed: tuple, wide: bool) -> Callable | None:
         """The package for ``graph`` (``fixed``: a, b, head, capture, skip), loaded or built now;
         None when it cannot be built (the reason is in ``failures``)."""
-        path, record = self.path(graph, stack, args, wide)
+        found = self.find(graph, stack, args, wide)
+        if found is not None:
+            return found
+        build = self.start(graph, stack, args, fixed, wide)
+        return None if build is None else self.wait(build)
+
+    def find(self, graph, stack: nn.Module, args: tuple, wide: bool) -> Callable | None:
+        """The stored package for ``graph``, loaded, or None."""
+        found = self._open(self.path(graph, stack, args, wide)[0])
+        if found is not None:
+            self.loaded.add(graph)
+        return found
+
+    @staticmethod
+    def _open(path: Path) -> Callable | None:
+        """The package at ``path``, or None where there is none (or torch cannot read it: it is
+        deleted, to be built again)."""
         if path.is_file():
             try:
-                fn = torch._inductor.aoti_load_package(str(path))
-                self.loaded.add(graph)
-                return fn
-            except Exception:  # a package torch cannot read (truncated, another build): build it again
+                return torch._inductor.aoti_load_package(str(path))
+            except Exception:  # truncated, or another build's: build it again
                 path.unlink(missing_ok=True)
-        try:
-            fn = self._build(stack, args, fixed, wide, path, record)
-        except Exception as exc:  # an op export or AOTInductor cannot take: torch.compile runs it
-            self.failures[graph] = exception_line(exc)
-            return None
-        self.built.add(graph)
-        return fn
+        return None
 
-    def _build(self, stack, args, fixed, wide, path: Path, record: dict):
+    def start(self, graph, stack: nn.Module, args: tuple, fixed: tuple, wide: bool) -> Build | None:
+        """Export ``graph`` now and start its package's build in a child process (``graph_build``),
+        after the oldest running build ends where ``jobs`` are already running; None when it cannot be
+        exported (the reason is in ``failures``)."""
         from torch.export import Dim
+        path, record = self.path(graph, stack, args, wide)
         started = time.perf_counter()
         ctx, slots = Dim("context", min=2, max=MAX_DIM), Dim("slots", min=2, max=MAX_DIM)
         if wide:
@@ -176,18 +213,64 @@ class GraphStore:
             dims = ({0: T}, {0: T}, {0: T}, {0: T, 1: ctx}, {2: slots}, {2: slots})
         else:
             dims = ({}, {}, {}, {1: ctx}, {2: slots}, {2: slots})
-        with torch.no_grad():
-            program = torch.export.export(_Graph(stack, *fixed, wide), examples(args, wide), dynamic_shapes=dims,
-                                          strict=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+        program = path.with_name(f"{path.stem}.program.pt2")
+        try:
+            with torch.no_grad():
+                exported = torch.export.export(_Graph(stack, *fixed, wide), examples(args, wide),
+                                               dynamic_shapes=dims, strict=True)
+            torch.export.save(exported, str(program))
+        except Exception as exc:  # an op export cannot take: torch.compile runs it
+            program.unlink(missing_ok=True)
+            self.failures[graph] = exception_line(exc)
+            return None
         configs = {"freezing": True, "cpp_wrapper": True}
         if self.mode == "max-autotune":
             configs.update(max_autotune=True, coordinate_descent_tuning=True)
-        self.root.mkdir(parents=True, exist_ok=True)
-        part = path.with_name(f"{path.stem}.building.pt2")  # torch wants the .pt2 ending
-        with warnings.catch_warnings():  # max-autotune's benchmark code trips torch's own TypedStorage warning
-            warnings.filterwarnings("ignore", message="TypedStorage is deprecated")
-            torch._inductor.aoti_compile_and_package(program, package_path=str(part), inductor_configs=configs)
-        part.replace(path)  # whole or absent: an interrupted build leaves no package to load
-        record = {**record, "build_s": round(time.perf_counter() - started, 1)}
-        write_text_atomic(path.with_suffix(".json"), json.dumps(record, indent=1, sort_keys=True))
-        return torch._inductor.aoti_load_package(str(path))
+        spec = {"program": str(program), "package": str(path), "part": str(path.with_name(f"{path.stem}.building.pt2")),
+                "record": record, "configs": configs, "threads": self.env["threads"], "quiet_autotune": self.quiet,
+                "amx_prefetch": bool(self.env.get("amx_prefetch")) and self.mode == "max-autotune",
+                "narrow_attention": self.env.get("narrow_attention", "on"),
+                "export_s": time.perf_counter() - started}
+        spec_file = path.with_name(f"{path.stem}.spec.json")
+        write_text_atomic(spec_file, json.dumps(spec))
+        while sum(b.done is None for b in self.builds) >= self.jobs:
+            self.wait(next(b for b in self.builds if b.done is None))
+        with open(path.with_name(f"{path.stem}.log"), "w") as log:  # the child holds its own handle
+            proc = subprocess.Popen([*BUILDER, str(spec_file)], stdout=log, stderr=subprocess.STDOUT)
+        build = Build(graph, path, proc, started, [program, spec_file, Path(spec["part"])])
+        self.builds.append(build)
+        return build
+
+    def wait(self, build: Build) -> Callable | None:
+        """The build's package once its child has ended, loaded; None where it failed (the child's
+        last line is in ``failures``). Asking again returns the same."""
+        if build.done is None:
+            code = build.proc.wait()
+            build.seconds = time.perf_counter() - build.started
+            log = build.path.with_name(f"{build.path.stem}.log")
+            package = None
+            if code == 0:
+                package = self._open(build.path)
+            if package is None:
+                lines = log.read_text(errors="replace").strip().splitlines() if log.is_file() else []
+                why = lines[-1] if lines else f"the build's process ended with status {code}"
+                self.failures[build.graph] = why.removeprefix("graph build failed: ")
+            else:
+                self.built.add(build.graph)
+                log.unlink(missing_ok=True)
+            for f in build.scratch:
+                f.unlink(missing_ok=True)
+            build.done, build.package = True, package
+        return build.package
+
+    def stop(self) -> None:
+        """End every running build (an interrupted warm-up): packages already built stay, nothing half
+        built is left to load."""
+        for build in self.builds:
+            if build.done is None:
+                build.proc.kill()
+                build.proc.wait()
+                build.done = True
+                for f in [*build.scratch, build.path.with_name(f"{build.path.stem}.log")]:
+                    f.unlink(missing_ok=True)
