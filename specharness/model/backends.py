@@ -228,19 +228,21 @@ class CompiledBackend(EagerBackend):
         self.finish()
 
     def finish(self) -> None:
-        """Wait for the background builds, in the order they started, and load their packages."""
-        pending, self.building = list(self.building.items()), {}
+        """Wait for the background builds, as they end, and load their packages."""
+        pending, self.building = {build: (signed, stack, args, wide) for signed, (build, stack, args, wide)
+                                  in self.building.items()}, {}
         waited = time.perf_counter()
-        for n, ((key, sig), (build, stack, args, wide)) in enumerate(pending):
-            package = self.store.wait(build)
-            if package is not None:
-                self.packages[(key, sig)] = package
+        while pending:
+            build = self.store.wait_any(list(pending))
+            (key, sig), stack, args, wide = pending.pop(build)
+            if build.package is not None:
+                self.packages[(key, sig)] = build.package
             else:  # its build failed (the reason is in store.failures): torch.compile it now, untimed
                 with torch.inference_mode():
                     self._compiled(key.stack, stack, (*examples(args, wide), *args[6:]), not wide, mark=True)
             self.compile_times[key] = build.seconds
             if self.on_graph_built is not None:
-                self.on_graph_built(key, build.seconds, len(pending) - n - 1)
+                self.on_graph_built(key, build.seconds, len(pending))
         self.compile_s += time.perf_counter() - waited
 
     def _compile(self, stack: DecoderStack):

@@ -98,7 +98,7 @@ class _Graph(nn.Module):
         return self.stack(x, positions, slots, bias, keys, values, *self.args)
 
 
-@dataclass
+@dataclass(eq=False)  # one build is one child: compared and hashed by identity
 class Build:
     """A package being built by a child process (``GraphStore.start``)."""
 
@@ -202,7 +202,7 @@ class GraphStore:
 
     def start(self, graph, stack: nn.Module, args: tuple, fixed: tuple, wide: bool) -> Build | None:
         """Export ``graph`` now and start its package's build in a child process (``graph_build``),
-        after the oldest running build ends where ``jobs`` are already running; None when it cannot be
+        after a running build ends where ``jobs`` are already running; None when it cannot be
         exported (the reason is in ``failures``)."""
         from torch.export import Dim
         path, record = self.path(graph, stack, args, wide)
@@ -234,8 +234,9 @@ class GraphStore:
                 "export_s": time.perf_counter() - started}
         spec_file = path.with_name(f"{path.stem}.spec.json")
         write_text_atomic(spec_file, json.dumps(spec))
-        while sum(b.done is None for b in self.builds) >= self.jobs:
-            self.wait(next(b for b in self.builds if b.done is None))
+        running = [b for b in self.builds if b.done is None]
+        while len(running) >= self.jobs:
+            running.remove(self.wait_any(running))
         with open(path.with_name(f"{path.stem}.log"), "w") as log:  # the child holds its own handle
             proc = subprocess.Popen([*BUILDER, str(spec_file)], stdout=log, stderr=subprocess.STDOUT)
         build = Build(graph, path, proc, started, [program, spec_file, Path(spec["part"])])
@@ -263,6 +264,15 @@ class GraphStore:
                 f.unlink(missing_ok=True)
             build.done, build.package = True, package
         return build.package
+
+    def wait_any(self, builds: list[Build]) -> Build:
+        """The first of ``builds`` to end, waited for (``wait``): builds finish out of order."""
+        while True:
+            for build in builds:
+                if build.done is not None or build.proc.poll() is not None:
+                    self.wait(build)
+                    return build
+            time.sleep(0.05)
 
     def stop(self) -> None:
         """End every running build (an interrupted warm-up): packages already built stay, nothing half
