@@ -217,7 +217,7 @@ def stored_graphs(backend) -> dict:
     store = backend.store
     if store is None:
         return {}
-    return {"graphs_loaded": len(store.loaded), "graphs_stored": len(store.built),
+    return {"graphs_loaded": len(store.loaded), "graphs_stored": len(store.built), "graph_builds_at_once": store.jobs,
             **({"graphs_not_stored": {k.describe(): why for k, why in store.failures.items()}} if store.failures else {})}
 
 
