@@ -150,6 +150,7 @@ def test_an_interrupted_background_block_stops_its_builds_and_leaves_nothing_hal
     monkeypatch.setattr(graph_store, "BUILDER", [sys.executable, "-c", "import time; time.sleep(600)"])
     compiled, run, want = _generation(8, monkeypatch, tmp_path)
     backend, store = compiled.backend, compiled.backend.store
+    store.jobs = 4  # every graph's child starts (a pinned test worker has one core: one at a time would wait)
     try:
         with backend.in_background():
             run(compiled)

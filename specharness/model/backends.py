@@ -313,7 +313,7 @@ class CompiledBackend(EagerBackend):
         if package is None:
             package = self.store.find(key, stack, args[:6], wide)
         if package is None:
-            build = self.store.start(key, stack, args[:6], args[6:], wide)
+            build = self.store.start(key, stack, args[:6], args[6:], wide, background=self.deferred)
             if build is not None and self.deferred:
                 self.building[signed] = (build, stack, args, wide)
                 return _BUILDING

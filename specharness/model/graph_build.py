@@ -21,7 +21,27 @@ import warnings
 from pathlib import Path
 
 
+def package(program, spec: dict) -> None:
+    """Build ``program``'s package where ``spec`` says (the child's work; also the run's own, in process,
+    for a graph nothing else waits on): under a ``.building.pt2`` name, renamed when whole, its record
+    beside it."""
+    import torch
+    started = time.perf_counter()
+    part, path = Path(spec["part"]), Path(spec["package"])
+    with warnings.catch_warnings():  # max-autotune's benchmark code trips torch's own TypedStorage warning
+        warnings.filterwarnings("ignore", message="TypedStorage is deprecated")
+        # under inference mode, as the engine's forwards run: built outside it, SmolLM2's width-8
+        # package ran at 15.1 ms a forward against 10.4 ms (results/smollm2-cpu-epyc-first-run)
+        with torch.inference_mode():
+            torch._inductor.aoti_compile_and_package(program, package_path=str(part), inductor_configs=spec["configs"])
+    part.replace(path)  # whole or absent: an interrupted build leaves no package to load
+    from ..paths import write_text_atomic
+    record = {**spec["record"], "build_s": round(time.perf_counter() - started + spec["export_s"], 1)}
+    write_text_atomic(path.with_suffix(".json"), json.dumps(record, indent=1, sort_keys=True))
+
+
 def build(spec: dict) -> None:
+    """The child: the parent's engine settings that change kernels, then the saved program's package."""
     import torch
     torch.set_num_threads(spec["threads"])  # the kernels' thread count, and what max-autotune times with
     import torch._inductor.config as inductor_config
@@ -34,20 +54,7 @@ def build(spec: dict) -> None:
     if spec["narrow_attention"] != "off":  # the program may call our op: it must be registered to load
         from .accel import narrow_attention
         narrow_attention.available(torch.device("cpu"), narrow_attention.HEAD_DIMS[0], spec["narrow_attention"])
-    started = time.perf_counter()
-    program = torch.export.load(spec["program"])
-    part, path = Path(spec["part"]), Path(spec["package"])
-    with warnings.catch_warnings():  # max-autotune's benchmark code trips torch's own TypedStorage warning
-        warnings.filterwarnings("ignore", message="TypedStorage is deprecated")
-        # under inference mode, as the engine's forwards (and the in-process builds before) ran: compiled
-        # outside it, SmolLM2's width-8 package ran at 15.1 ms a forward against 10.4 ms
-        # (results/smollm2-cpu-epyc-first-run/build_modes.txt)
-        with torch.inference_mode():
-            torch._inductor.aoti_compile_and_package(program, package_path=str(part), inductor_configs=spec["configs"])
-    part.replace(path)  # whole or absent: an interrupted build leaves no package to load
-    from ..paths import write_text_atomic
-    record = {**spec["record"], "build_s": round(time.perf_counter() - started + spec["export_s"], 1)}
-    write_text_atomic(path.with_suffix(".json"), json.dumps(record, indent=1, sort_keys=True))
+    package(torch.export.load(spec["program"]), spec)
 
 
 def main(argv: list[str]) -> int:

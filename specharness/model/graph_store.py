@@ -45,6 +45,7 @@ from torch import nn
 
 from ..errors import exception_line
 from ..paths import cache_root, write_text_atomic
+from . import graph_build
 from .accel.inductor_cache import weights_digest
 
 BUILDER = [sys.executable, "-m", "specharness.model.graph_build"]  # a child that builds one package from its spec
@@ -104,12 +105,26 @@ class Build:
 
     graph: tuple
     path: Path
-    proc: subprocess.Popen
+    proc: subprocess.Popen | None  # None: built in the run's own process (``GraphStore.start``)
     started: float
     scratch: list[Path]  # the exported program, the child's spec, its half-built package: gone when it ends
     done: bool | None = None
     package: Callable | None = None
     seconds: float = 0.0  # export to loaded
+
+
+class Package:
+    """A loaded package, called with its six input tensors. torch's own runner (``AOTICompiledModel``)
+    reads and parses the package's input and output pytree specs on every call; here they are read
+    once, and the tensors go to the C++ runner as they are (see ``results/smollm2-cpu-epyc-first-run``)."""
+
+    def __init__(self, compiled) -> None:
+        from torch.utils import _pytree
+        self.run, self.unflatten = compiled.loader.boxed_run, _pytree.tree_unflatten
+        self.out_spec = _pytree.treespec_loads(compiled.loader.get_call_spec()[1])
+
+    def __call__(self, *tensors: torch.Tensor):
+        return self.unflatten(self.run(list(tensors)), self.out_spec)
 
 
 def default_jobs() -> int:
@@ -195,14 +210,16 @@ class GraphStore:
         deleted, to be built again)."""
         if path.is_file():
             try:
-                return torch._inductor.aoti_load_package(str(path))
+                return Package(torch._inductor.aoti_load_package(str(path)))
             except Exception:  # truncated, or another build's: build it again
                 path.unlink(missing_ok=True)
         return None
 
-    def start(self, graph, stack: nn.Module, args: tuple, fixed: tuple, wide: bool) -> Build | None:
-        """Export ``graph`` now and start its package's build in a child process (``graph_build``),
-        after a running build ends where ``jobs`` are already running; None when it cannot be
+    def start(self, graph, stack: nn.Module, args: tuple, fixed: tuple, wide: bool,
+              background: bool = False) -> Build | None:
+        """Export ``graph`` now and build its package: here (``background`` False: the caller waits
+        anyway, and a child would only add its start-up), or in a child process (``graph_build``),
+        after a running build ends where ``jobs`` are already running. None when it cannot be
         exported (the reason is in ``failures``)."""
         from torch.export import Dim
         path, record = self.path(graph, stack, args, wide)
@@ -219,7 +236,8 @@ class GraphStore:
             with torch.no_grad():
                 exported = torch.export.export(_Graph(stack, *fixed, wide), examples(args, wide),
                                                dynamic_shapes=dims, strict=True)
-            torch.export.save(exported, str(program))
+            if background:
+                torch.export.save(exported, str(program))
         except Exception as exc:  # an op export cannot take: torch.compile runs it
             program.unlink(missing_ok=True)
             self.failures[graph] = exception_line(exc)
@@ -232,6 +250,8 @@ class GraphStore:
                 "amx_prefetch": bool(self.env.get("amx_prefetch")) and self.mode == "max-autotune",
                 "narrow_attention": self.env.get("narrow_attention", "on"),
                 "export_s": time.perf_counter() - started}
+        if not background:
+            return self._build_here(graph, path, exported, spec, started)
         spec_file = path.with_name(f"{path.stem}.spec.json")
         write_text_atomic(spec_file, json.dumps(spec))
         running = [b for b in self.builds if b.done is None]
@@ -240,6 +260,24 @@ class GraphStore:
         with open(path.with_name(f"{path.stem}.log"), "w") as log:  # the child holds its own handle
             proc = subprocess.Popen([*BUILDER, str(spec_file)], stdout=log, stderr=subprocess.STDOUT)
         build = Build(graph, path, proc, started, [program, spec_file, Path(spec["part"])])
+        self.builds.append(build)
+        return build
+
+    def _build_here(self, graph, path: Path, exported, spec: dict, started: float) -> Build:
+        """The package built in this process: a build already ended (``wait`` returns it)."""
+        build = Build(graph, path, None, started, [Path(spec["part"])])
+        try:
+            graph_build.package(exported, spec)
+            build.package = self._open(path)
+        except Exception as exc:  # an op AOTInductor cannot take: torch.compile runs it
+            self.failures[graph] = exception_line(exc)
+        else:
+            if build.package is not None:
+                self.built.add(graph)
+            else:
+                self.failures[graph] = "the package built here could not be loaded"
+        Path(spec["part"]).unlink(missing_ok=True)
+        build.done, build.seconds = True, time.perf_counter() - started
         self.builds.append(build)
         return build
 
