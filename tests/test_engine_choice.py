@@ -206,8 +206,11 @@ def test_compile_progress_names_each_graph_and_a_second_run_estimates_from_the_f
         lines: list[str] = []
         target = tiny()
         before = read_times(path)  # what the process knows before it compiles anything
-        assert engine_choice.apply(target, "default", lambda b: setattr(b, "on_new_graph", CompileProgress(
-            b, path, lines.append, before))) == ("default", None)
+
+        def watch(b) -> None:
+            b.store.jobs = 2  # builds two at a time, as on a 2-core machine (a pinned test worker has one core)
+            b.on_new_graph = CompileProgress(b, path, lines.append, before)
+        assert engine_choice.apply(target, "default", watch) == ("default", None)
         target.backend.on_new_graph.save()
         if not runs:  # its warm-up, after the compile check saved: no estimate from the check's own graphs
             warm: list[str] = []

@@ -212,8 +212,10 @@ class CompiledBackend(EagerBackend):
         process (``graph_store.GraphStore.start``: one per core at once), and its calls run eagerly
         meanwhile: only for untimed work, whose outputs are those of the same layers. Leaving the
         block waits for every build and loads it (a failed build is compiled by torch.compile then),
-        so nothing compiles after it. Interrupted, it stops the builds; finished packages stay."""
-        if self.store is None or self.deferred:
+        so nothing compiles after it. Interrupted, it stops the builds; finished packages stay. With one
+        core to build on (``GraphStore.jobs``: a pinned test worker) a child would only add its start-up,
+        so graphs build in this process, as outside the block."""
+        if self.store is None or self.deferred or self.store.jobs < 2:
             yield
             return
         self.deferred, self.build_jobs = True, self.store.jobs
