@@ -17,7 +17,7 @@ mkdir -p "$HOME"
 first=$(grep -m1 '^pip install .*python -m specharness run' README.md)  # the README's command 1
 echo "command 1: $first"
 t0=$(date +%s.%N)
-(time bash -c "$first") 2>&1 | python "$here/../smollm2-cpu-epyc-graph-store/timestamps.py" "$t0" > "$here/user_path_first.log"
+(time bash -c "$first") 2>&1 | python "$here/../smollm2-cpu-epyc-graph-store/timestamps.py" "$t0" > "$here/user_path_first.log"  # each run then moved into run<N>_<commit>/
 t0=$(date +%s.%N)
 (time python -m specharness run --method kangaroo -o eta=0.4 --limit 5) 2>&1 \
   | python "$here/../smollm2-cpu-epyc-graph-store/timestamps.py" "$t0" > "$here/user_path_second.log"
