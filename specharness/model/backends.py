@@ -119,7 +119,6 @@ class EagerBackend:
         self.on_graph_built: Callable[[GraphKey, float, int], None] | None = None
         self.loading = False  # while ``on_new_graph`` is told: the graph is loaded from the store, not compiled
         self.background = False  # while ``on_new_graph`` is told: the graph builds in a child process
-        self.build_jobs = 1  # builds at once (``in_background``)
         self.store = None  # compiled graphs kept on disk (``graph_store.GraphStore``), where used
         # width -> a wider width whose compiled graph measured faster (``width_curve``; set after warm-up)
         self.route: dict[int, int] = {}
@@ -140,6 +139,11 @@ class EagerBackend:
         """Untimed work (warm-up) during which graphs may build in the background (``CompiledBackend``);
         nothing to build here."""
         yield
+
+    @property
+    def build_jobs(self) -> int:
+        """Graphs building at once now (more than one inside ``CompiledBackend.in_background``)."""
+        return 1
 
     def routed(self, key: GraphKey) -> int:
         """The width to run ``key``'s forward at: the route's wider width when that graph of the same layers
@@ -218,7 +222,7 @@ class CompiledBackend(EagerBackend):
         if self.store is None or self.deferred or self.store.jobs < 2:
             yield
             return
-        self.deferred, self.build_jobs = True, self.store.jobs
+        self.deferred = True
         try:
             yield
         except BaseException:
@@ -226,8 +230,12 @@ class CompiledBackend(EagerBackend):
             self.building.clear()
             raise
         finally:
-            self.deferred, self.build_jobs = False, 1
+            self.deferred = False
         self.finish()
+
+    @property
+    def build_jobs(self) -> int:
+        return self.store.jobs if self.deferred else 1
 
     def finish(self) -> None:
         """Wait for the background builds, as they end, and load their packages."""

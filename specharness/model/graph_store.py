@@ -108,7 +108,7 @@ class Build:
     proc: subprocess.Popen | None  # None: built in the run's own process (``GraphStore.start``)
     started: float
     scratch: list[Path]  # the exported program, the child's spec, its half-built package: gone when it ends
-    done: bool | None = None
+    done: bool = False
     package: Callable | None = None
     seconds: float = 0.0  # export to loaded
 
@@ -133,8 +133,9 @@ def default_jobs() -> int:
 
 
 class GraphStore:
-    """AOTInductor packages of one backend's graphs: ``get`` loads a stored one, or exports,
-    compiles, stores and loads it. ``loaded``/``built`` say which graphs came which way."""
+    """AOTInductor packages of one backend's graphs: ``find`` loads a stored one; ``start`` exports
+    one and builds it (here, or in a child whose end ``wait`` awaits). ``loaded``/``built`` say which
+    graphs came which way."""
 
     def __init__(self, mode: str, settings: dict, root: Path | None = None, quiet: bool = True,
                  jobs: int | None = None) -> None:
@@ -185,17 +186,8 @@ class GraphStore:
         return self.root / f"{stem}.pt2", record
 
     def stored(self, graph, stack: nn.Module, args: tuple, wide: bool) -> bool:
-        """Whether ``get`` would load this graph rather than build it (progress says which)."""
+        """Whether ``find`` would load this graph rather than it being built (progress says which)."""
         return self.path(graph, stack, args, wide)[0].is_file()
-
-    def get(self, graph, stack: nn.Module, args: tuple, fixed: tuple, wide: bool) -> Callable | None:
-        """The package for ``graph`` (``fixed``: a, b, head, capture, skip), loaded or built now;
-        None when it cannot be built (the reason is in ``failures``)."""
-        found = self.find(graph, stack, args, wide)
-        if found is not None:
-            return found
-        build = self.start(graph, stack, args, fixed, wide)
-        return None if build is None else self.wait(build)
 
     def find(self, graph, stack: nn.Module, args: tuple, wide: bool) -> Callable | None:
         """The stored package for ``graph``, loaded, or None."""
@@ -254,7 +246,7 @@ class GraphStore:
             return self._build_here(graph, path, exported, spec, started)
         spec_file = path.with_name(f"{path.stem}.spec.json")
         write_text_atomic(spec_file, json.dumps(spec))
-        running = [b for b in self.builds if b.done is None]
+        running = [b for b in self.builds if not b.done]
         while len(running) >= self.jobs:
             running.remove(self.wait_any(running))
         with open(path.with_name(f"{path.stem}.log"), "w") as log:  # the child holds its own handle
@@ -266,48 +258,45 @@ class GraphStore:
     def _build_here(self, graph, path: Path, exported, spec: dict, started: float) -> Build:
         """The package built in this process: a build already ended (``wait`` returns it)."""
         build = Build(graph, path, None, started, [Path(spec["part"])])
+        self.builds.append(build)
         try:
             graph_build.package(exported, spec)
-            build.package = self._open(path)
         except Exception as exc:  # an op AOTInductor cannot take: torch.compile runs it
-            self.failures[graph] = exception_line(exc)
+            self._end(build, exception_line(exc))
         else:
-            if build.package is not None:
-                self.built.add(graph)
-            else:
-                self.failures[graph] = "the package built here could not be loaded"
-        Path(spec["part"]).unlink(missing_ok=True)
-        build.done, build.seconds = True, time.perf_counter() - started
-        self.builds.append(build)
+            self._end(build, None)
         return build
 
     def wait(self, build: Build) -> Callable | None:
         """The build's package once its child has ended, loaded; None where it failed (the child's
         last line is in ``failures``). Asking again returns the same."""
-        if build.done is None:
+        if not build.done:
             code = build.proc.wait()
-            build.seconds = time.perf_counter() - build.started
             log = build.path.with_name(f"{build.path.stem}.log")
-            package = None
-            if code == 0:
-                package = self._open(build.path)
-            if package is None:
-                lines = log.read_text(errors="replace").strip().splitlines() if log.is_file() else []
-                why = lines[-1] if lines else f"the build's process ended with status {code}"
-                self.failures[build.graph] = why.removeprefix("graph build failed: ")
-            else:
-                self.built.add(build.graph)
-                log.unlink(missing_ok=True)
-            for f in build.scratch:
-                f.unlink(missing_ok=True)
-            build.done, build.package = True, package
+            lines = log.read_text(errors="replace").strip().splitlines() if code and log.is_file() else []
+            why = (lines[-1] if lines else f"the build's process ended with status {code}") if code else None
+            if self._end(build, why and why.removeprefix("graph build failed: ")) is not None:
+                log.unlink(missing_ok=True)  # a failed build's log stays beside the store
+        return build.package
+
+    def _end(self, build: Build, why: str | None) -> Callable | None:
+        """Settle a build that has ended (``why``: its failure, None when it says it succeeded): load its
+        package, count it as built or keep why not, remove its scratch files."""
+        build.package = self._open(build.path) if why is None else None
+        if build.package is not None:
+            self.built.add(build.graph)
+        else:
+            self.failures[build.graph] = why or "its package could not be loaded"
+        for f in build.scratch:
+            f.unlink(missing_ok=True)
+        build.done, build.seconds = True, time.perf_counter() - build.started
         return build.package
 
     def wait_any(self, builds: list[Build]) -> Build:
         """The first of ``builds`` to end, waited for (``wait``): builds finish out of order."""
         while True:
             for build in builds:
-                if build.done is not None or build.proc.poll() is not None:
+                if build.done or build.proc.poll() is not None:
                     self.wait(build)
                     return build
             time.sleep(0.05)
@@ -316,7 +305,7 @@ class GraphStore:
         """End every running build (an interrupted warm-up): packages already built stay, nothing half
         built is left to load."""
         for build in self.builds:
-            if build.done is None:
+            if not build.done:
                 build.proc.kill()
                 build.proc.wait()
                 build.done = True
