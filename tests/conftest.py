@@ -38,6 +38,11 @@ for _name in ("SPECHARNESS_SPECBENCH", "SPECHARNESS_SPECBENCH_URL"):
 # the engine's "auto" configuration is measured per machine (minutes of compiling); the suite runs
 # the float32 eager reference, where greedy outputs must match vanilla token for token
 os.environ["SPECHARNESS_ENGINE"] = "float32/none"
+# compiled tests go through torch.compile: a tiny model's graph built as an AOTInductor package costs
+# ~7 s of C++ compiling on one core, twice torch.compile's (64 packages were half the suite's
+# compiling). The store's own tests, and the drafter-stack test that exports every stack kind, ask
+# for it with the ``graph_store`` fixture.
+os.environ["SPECHARNESS_AOT_GRAPHS"] = "0"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -55,6 +60,12 @@ def temporary_cache(tmp_path_factory):
         os.environ.pop("SPECHARNESS_CACHE", None)
     else:
         os.environ["SPECHARNESS_CACHE"] = old
+
+
+@pytest.fixture
+def graph_store(monkeypatch):
+    """The graph store on (the user's default, ``SPECHARNESS_AOT_GRAPHS=1``), for this test only."""
+    monkeypatch.setenv("SPECHARNESS_AOT_GRAPHS", "1")
 
 
 @pytest.fixture(scope="session")

@@ -86,7 +86,7 @@ def test_a_stack_name_keeps_its_first_weights_and_a_foreign_layout_is_refused(ti
                        shape=HeadShape(tiny.n_heads * 2, tiny.n_kv_heads, tiny.head_dim // 2))
 
 
-def test_drafter_graphs_compile_in_warm_up_never_while_timing_and_keep_the_greedy_output():
+def test_drafter_graphs_compile_in_warm_up_never_while_timing_and_keep_the_greedy_output(graph_store):
     """Kangaroo (its shallow layers, then the adapter stack), EAGLE-2 (its head stack, at tree
     frontiers) and early exit (a stack of the target's own first layers with a draft-vocabulary head,
     writing the target's cache) on a compiled float32 target: warm-up compiles the drafter stacks'
@@ -119,6 +119,8 @@ def test_drafter_graphs_compile_in_warm_up_never_while_timing_and_keep_the_greed
                                                and g.head and not g.capture and g.ids and g.width != "wide"}
     stacks = {g.stack.split("-")[0] for g in t.backend.graphs if g.stack}
     assert stacks == {"kangaroo", "eagle", "early_exit"}, sorted(g.describe() for g in t.backend.graphs)
+    # every stack kind exports and packages (the user's default path), none fell back to torch.compile
+    assert t.backend.store.failures == {} and t.backend.store.built == t.backend.graphs
     # every bucket up to each stack's declared widest call (EAGLE: max(top_k, depth + 1) = 3, bucket 4),
     # whether or not the warm-up prompt reached it; Kangaroo's adapter takes at most 2 rows
     assert {g.width for g in t.backend.graphs if g.stack.startswith("eagle")} == {1, 2, 4, "wide"}

@@ -198,7 +198,7 @@ def test_a_choice_made_under_load_equals_the_quiet_one_or_is_flagged_and_not_cac
                                             "max-autotune")
 
 
-def test_compile_progress_names_each_graph_and_a_second_run_estimates_from_the_first(cache):
+def test_compile_progress_names_each_graph_and_a_second_run_estimates_from_the_first(cache, graph_store):
     from specharness.compile_progress import CompileProgress, read_times, times_file
     path = times_file("m", "float32", "default")
     runs: list[list[str]] = []
