@@ -66,7 +66,7 @@ def test_head_k_drafts_k_tokens_ahead(smol, vanilla_greedy):
 def test_no_heads_says_how_to_train(smol, monkeypatch, tmp_path, capsys):
     from specharness.cli import main
     from specharness.methods.medusa import drafter as medusa_drafter
-    monkeypatch.setattr(medusa_drafter, "default_heads_dir", lambda target, lm_head="own": tmp_path / "none")
+    monkeypatch.setattr(medusa_drafter, "heads_dir_for", lambda target, lm_head="shared": tmp_path / "none")
     with pytest.raises(UsageError) as err:
         build_method(build_registry(), "medusa", [], smol, 0.0)
     assert "python -m specharness train medusa" in str(err.value) and "\n" not in str(err.value)
@@ -135,6 +135,28 @@ def test_official_layout_loads_and_runs(tiny, tmp_path, n_layers, own_head, fmt)
     # fewer heads than stored: the first ones are used
     assert build_method(reg, "medusa", [f"heads_path={tmp_path / ('medusa_lm_head.' + fmt)}", "heads=2"],
                         target, 0.0).extra_params < m.extra_params
+
+
+def test_an_empty_heads_path_means_the_shipped_shared_heads_else_the_trained_ones(tiny, tmp_path, monkeypatch):
+    """lm_head=shared (the default) runs the heads shipped for the model; a model with none shipped, or
+    lm_head=own, the heads 'train medusa' cached; none anywhere: one line saying how to train them."""
+    from specharness.methods.medusa import checkpoint
+    target, _ = tiny
+    monkeypatch.setattr(checkpoint, "HEADS_ROOT", tmp_path / "shipped")
+    monkeypatch.setenv("SPECHARNESS_CACHE", str(tmp_path / "cache"))
+    reg = build_registry()
+    with pytest.raises(UsageError, match="train medusa"):
+        build_method(reg, "medusa", ["heads=2"], target, 0.0)
+    write_official(checkpoint.default_heads_dir(target, "shared"), target, 2, own_head=False, seed=1)
+    trained = build_method(reg, "medusa", ["heads=2"], target, 0.0)
+    sd = write_official(checkpoint.shipped_heads_dir(target), target, 2, own_head=False, seed=2)
+    shipped = build_method(reg, "medusa", ["heads=2"], target, 0.0)
+    h = torch.randn(3, target.hidden_size)
+    got = load_heads(checkpoint.heads_dir_for(target, "shared"), target, 2).logits(h, target)
+    assert torch.allclose(got, manual_logits(sd, target, h, 2, 1, False), atol=1e-5)  # the shipped weights
+    assert shipped.info["heads"] != trained.info["heads"]  # the header names which heads ran
+    with pytest.raises(UsageError, match="train medusa"):  # own heads never ship
+        build_method(reg, "medusa", ["heads=2", "lm_head=own"], target, 0.0)
 
 
 def test_our_saved_heads_round_trip(tiny, tmp_path):
@@ -284,7 +306,8 @@ def trained(tmp_path_factory):
     data = tmp_path_factory.mktemp("selfdistill")
     opts = resolve_options("medusa", medusa_train.OPTIONS, {
         "heads": "3", "epochs": "4", "batch": "32", "lr": "0.01", "held_out": "0.2", "max_minutes": "0",
-        "conversations": "32", "max_answer_tokens": "24", "data": str(data), "bf16": "false"})
+        "conversations": "32", "max_answer_tokens": "24", "data": str(data), "bf16": "false",
+        "lm_head": "own"})  # Medusa-1's layout (the trainer's default is the shipped kind, shared)
     write_selfdistill_data(target, data, selfdistill.recipe(opts), n_rows=32)
     return target, opts, medusa_train
 
@@ -301,6 +324,8 @@ def test_trainer_learns_saves_official_layout_and_reports(trained, tmp_path):
     hist = json.loads((tmp_path / "heads" / "report.json").read_text())
     assert hist["steps"] == report["total_steps"] > 3
     assert len(report["held_out_top1_agreement_per_head"]) == 3
+    # what a result header quotes of the heads it ran (``training.checkpoint_summary``): head 1's agreement
+    assert hist["held_out_summary"]["top1"] == report["held_out_top1_agreement_per_head"][0]
     teacher = torch.load(tmp_path / "heads" / medusa_train.TEACHER_FILE, weights_only=True)
     fitted = medusa_train.evaluate(load_heads(tmp_path / "heads", target), target, teacher["train"], False)
     untrained = medusa_train.evaluate(official_init(target, 3), target, teacher["train"], False)

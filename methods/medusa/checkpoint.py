@@ -1,7 +1,8 @@
 """Medusa-1 checkpoints in the official layout: ``medusa_lm_head.pt`` (or ``.safetensors``) beside a
 ``config.json`` with ``medusa_num_heads`` and ``medusa_num_layers``; a legacy checkpoint without the
 ``{head}.{layers}.weight`` keys uses the target's own LM head. Heads trained here are cached under
-``cache_root()/medusa/<model>`` and never committed.
+``cache_root()/medusa/<model>`` and never committed; the residual heads on the target's shared LM
+head that this project ships (a few MB) live in ``methods/medusa/heads/<model>/``.
 """
 
 from __future__ import annotations
@@ -12,11 +13,26 @@ from pathlib import Path
 
 from specharness.checkpoint import read_state_dict, save_atomic
 from specharness.errors import UsageError
-from specharness.paths import cache_root
+from specharness.paths import cache_root, model_slug
 
 from .heads import MedusaHeads
 
 CHECKPOINT_NAMES = ("medusa_lm_head.pt", "medusa_lm_head.safetensors")
+HEADS_ROOT = Path(__file__).with_name("heads")
+
+
+def shipped_heads_dir(target) -> Path:
+    """The shipped residual heads on the shared LM head for this target (``lm_head=shared``)."""
+    return HEADS_ROOT / model_slug(target.name)
+
+
+def heads_dir_for(target, lm_head: str) -> Path:
+    """What an empty ``heads_path`` means: the shipped heads for ``lm_head=shared`` where this model
+    has them (as EAGLE's head and Kangaroo's adapter), else the heads ``train medusa`` cached."""
+    shipped = shipped_heads_dir(target)
+    if lm_head == "shared" and any((shipped / c).is_file() for c in CHECKPOINT_NAMES):
+        return shipped
+    return default_heads_dir(target, lm_head)
 
 
 def default_heads_dir(target, lm_head: str = "own") -> Path:

@@ -23,8 +23,10 @@ Heads come from ``-o heads_path=...``:
     head. Loaded with ``torch.load(weights_only=True)``: no pickled code runs.
   * ``random``: seeded untrained heads (random residual blocks, the target's shared LM head), for
     losslessness tests: the output must not depend on the heads.
-  * empty (default): the heads ``python -m specharness train medusa`` cached for this target
-    under ``specharness.paths.cache_root()/medusa/<model>``; if there are none, the run stops
+  * empty (default): with ``lm_head=shared`` (the default), the residual heads shipped in
+    ``methods/medusa/heads/<model>/`` (SmolLM2's, with their card); otherwise, or for a model with
+    none shipped, the heads ``python -m specharness train medusa`` cached for this target under
+    ``specharness.paths.cache_root()/medusa/<model>[-shared]``; if there are none, the run stops
     with a one-line message that says how to train them.
 """
 
@@ -39,8 +41,9 @@ from specharness.api import DecodeState, Proposal
 from specharness.errors import UsageError
 from specharness.model import argmax
 from specharness.options import OptionSpec
+from specharness.training import checkpoint_summary
 
-from .checkpoint import CHECKPOINT_NAMES, _find_checkpoint, default_heads_dir, load_heads
+from .checkpoint import CHECKPOINT_NAMES, _find_checkpoint, heads_dir_for, load_heads, shipped_heads_dir
 from .heads import MedusaHeads, random_heads
 from .trees import TREES, paths, structure
 
@@ -50,35 +53,45 @@ OPTIONS = [
     OptionSpec("tree", "str", "chain", "'chain' (one sequence: each head's top token, as the Kangaroo paper "
                "compares), 'mc_sim_7b_63' (the authors' 63-node tree) or 'sized' (its first tree_size paths)",
                choices=TREES),
-    OptionSpec("lm_head", "str", "own", "which heads 'train medusa' cached to use when heads_path is empty: "
-               "'own' (Medusa-1: an LM head per head) or 'shared' (residual blocks on the target's head)",
+    OptionSpec("lm_head", "str", "shared", "which heads an empty heads_path means: 'shared' (residual blocks on "
+               "the target's head: the shipped ones, else those 'train medusa -o lm_head=shared' cached) or "
+               "'own' (Medusa-1: an LM head per head, as 'train medusa' cached them)",
                choices=("own", "shared")),
     OptionSpec("tree_size", "int", 7, "nodes of the 'sized' tree (the width curve's cheap widths: 7 + the current "
                "token = 8 positions)", min=1, max=63),
     OptionSpec("heads_path", "str", "",
                "official Medusa-1 checkpoint (dir with medusa_lm_head.pt + config.json), 'random' for "
-               "untrained seeded heads, or empty for the heads 'train medusa' cached for this model",
+               "untrained seeded heads, or empty for the shipped (lm_head=shared) or cached heads of this model",
                locates_weights=True),
     draft_vocab.option(DEFAULT_DRAFT_VOCAB),
 ]
 
 
+def heads_source(target, options: dict) -> Path | None:
+    """The checkpoint ``heads_path`` names (for an empty one, ``heads_dir_for``); None for random heads."""
+    raw = (options.get("heads_path") or "").strip()
+    if raw == "random":
+        return None
+    path = Path(raw).expanduser() if raw else heads_dir_for(target, options.get("lm_head", "shared"))
+    if not raw and not any((path / c).is_file() for c in CHECKPOINT_NAMES):
+        raise UsageError(f"no Medusa heads for '{target.name}' (looked in {path}); train them with "
+                         "'python -m specharness train medusa', or pass -o heads_path=DIR (official "
+                         "Medusa-1 layout) or -o heads_path=random (untrained)")
+    return path
+
+
 def resolve_heads(target, options: dict) -> MedusaHeads:
-    n, raw = options["heads"], (options.get("heads_path") or "").strip()
+    n = options["heads"]
     if n < 1:
         raise UsageError(f"option medusa.heads={n} must be at least 1")
-    if raw == "random":
+    path = heads_source(target, options)
+    if path is None:
         key: tuple = ("medusa-heads", "random", n)
     else:
-        path = Path(raw).expanduser() if raw else default_heads_dir(target, options.get("lm_head", "own"))
-        if not raw and not any((path / c).is_file() for c in CHECKPOINT_NAMES):
-            raise UsageError(f"no Medusa heads for '{target.name}' (looked in {path}); train them with "
-                             "'python -m specharness train medusa', or pass -o heads_path=DIR (official "
-                             "Medusa-1 layout) or -o heads_path=random (untrained)")
         file = _find_checkpoint(path)
         key = ("medusa-heads", str(file.resolve()), file.stat().st_mtime_ns, n)
     if key not in target.memo:  # loaded once per target: build and params both ask for them
-        target.memo[key] = random_heads(target, n) if raw == "random" else load_heads(path, target, n)
+        target.memo[key] = random_heads(target, n) if path is None else load_heads(path, target, n)
     return target.memo[key]
 
 
@@ -152,6 +165,10 @@ def extra_params(target, options: dict) -> int:
 
 def heads_info(target, options: dict) -> dict:
     """The variant, for the report: own LM heads (Medusa-1) or the target's shared one, and the tree."""
-    heads = resolve_heads(target, options)
+    heads, path = resolve_heads(target, options), heads_source(target, options)
+    shipped = path is not None and path == shipped_heads_dir(target)
+    trained = checkpoint_summary(path if path is None or path.is_dir() else path.parent)
     return {"lm_head": "own" if heads.own_head else "shared", "tree": options["tree"] if options["tree"] != "sized"
-            else f"sized ({options['tree_size']})", **draft_vocab.describe(target, _rows(target, options))}
+            else f"sized ({options['tree_size']})",
+            "heads": "random" if path is None else (f"shipped ({path.name})" if shipped else str(path)),
+            **({"training": trained} if trained else {}), **draft_vocab.describe(target, _rows(target, options))}

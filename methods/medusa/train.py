@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from specharness import selfdistill
+from specharness import selfdistill, training
 from specharness.checkpoint import save_atomic
 from specharness.errors import UsageError
 from specharness.options import OptionSpec
@@ -53,7 +53,7 @@ OPTIONS = [
     OptionSpec("bf16", "str", "auto", "bfloat16 autocast for the head matmuls: auto (when the CPU has AMX "
                "or a CUDA device), true, false", choices=("auto", "true", "false")),
     OptionSpec("checkpoint_minutes", "float", 10.0, "write a resumable checkpoint this often", min=0.0),
-    OptionSpec("lm_head", "str", "own", "'own': each head has its own LM head, initialised from the target's "
+    OptionSpec("lm_head", "str", "shared", "'own': each head has its own LM head, initialised from the target's "
                "(Medusa-1 as published; 85% of SmolLM2's size for 4 heads); 'shared': residual blocks feeding the "
                "target's own head (a few MB)", choices=("own", "shared")),
     *selfdistill.RECIPE_OPTIONS,
@@ -299,6 +299,8 @@ def run(target, options: dict, out_dir: Path | None, resume: bool, progress: boo
         "data": {"dir": str(data_dir), "conversations": meta.get("conversations"),
                  "answer_tokens": meta.get("answer_tokens")},
         "options": options,
+        training.SUMMARY_KEY: training.held_out_summary(train_rows, held_rows, held_top1[0] if held_top1 else None,
+                                                        None, len(held["x"]) if held else 0),
     }
     save_heads(heads, out, target, {"specharness_training": {
         k: report[k] for k in ("steps", "total_steps", "completed", "held_out_top1_agreement_per_head")}})
