@@ -26,11 +26,15 @@ def shipped_heads_dir(target) -> Path:
     return HEADS_ROOT / model_slug(target.name)
 
 
+def has_checkpoint(directory: Path) -> bool:
+    return any((directory / c).is_file() for c in CHECKPOINT_NAMES)
+
+
 def heads_dir_for(target, lm_head: str) -> Path:
     """What an empty ``heads_path`` means: the shipped heads for ``lm_head=shared`` where this model
     has them (as EAGLE's head and Kangaroo's adapter), else the heads ``train medusa`` cached."""
     shipped = shipped_heads_dir(target)
-    if lm_head == "shared" and any((shipped / c).is_file() for c in CHECKPOINT_NAMES):
+    if lm_head == "shared" and has_checkpoint(shipped):
         return shipped
     return default_heads_dir(target, lm_head)
 

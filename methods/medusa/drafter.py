@@ -43,7 +43,7 @@ from specharness.model import argmax
 from specharness.options import OptionSpec
 from specharness.training import checkpoint_summary
 
-from .checkpoint import CHECKPOINT_NAMES, _find_checkpoint, heads_dir_for, load_heads, shipped_heads_dir
+from .checkpoint import _find_checkpoint, has_checkpoint, heads_dir_for, load_heads, shipped_heads_dir
 from .heads import MedusaHeads, random_heads
 from .trees import TREES, paths, structure
 
@@ -73,7 +73,7 @@ def heads_source(target, options: dict) -> Path | None:
     if raw == "random":
         return None
     path = Path(raw).expanduser() if raw else heads_dir_for(target, options.get("lm_head", "shared"))
-    if not raw and not any((path / c).is_file() for c in CHECKPOINT_NAMES):
+    if not raw and not has_checkpoint(path):
         raise UsageError(f"no Medusa heads for '{target.name}' (looked in {path}); train them with "
                          "'python -m specharness train medusa', or pass -o heads_path=DIR (official "
                          "Medusa-1 layout) or -o heads_path=random (untrained)")
@@ -167,7 +167,7 @@ def heads_info(target, options: dict) -> dict:
     """The variant, for the report: own LM heads (Medusa-1) or the target's shared one, and the tree."""
     heads, path = resolve_heads(target, options), heads_source(target, options)
     shipped = path is not None and path == shipped_heads_dir(target)
-    trained = checkpoint_summary(path if path is None or path.is_dir() else path.parent)
+    trained = checkpoint_summary(path.parent if path is not None and path.is_file() else path)
     return {"lm_head": "own" if heads.own_head else "shared", "tree": options["tree"] if options["tree"] != "sized"
             else f"sized ({options['tree_size']})",
             "heads": "random" if path is None else (f"shipped ({path.name})" if shipped else str(path)),

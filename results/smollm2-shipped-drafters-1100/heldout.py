@@ -25,17 +25,18 @@ DATA = {"conversations": "1100", "held_out": "0.05"}  # the shared recipe of run
 target = TargetModel.load(dtype="float32")
 
 
-def data(kind: str, options: dict, **recipe):
+def data(options: dict, **recipe):
+    """The shared data set, its header, its directory and its held-out rows."""
     s = sd.recipe(options, **recipe)
     ds, meta, _ = sd.load_or_generate(target, s, sd.data_dir(target, options, s))
     _, held = sd.split_rows(len(ds), options)
-    return ds, meta, held
+    return ds, meta, sd.data_dir(target, options, s), held
 
 
 def eagle(path: Path) -> dict:
     opts = resolve_options("eagle", eagle_train.OPTIONS, DATA)
-    ds, meta, held = data("eagle", opts)
-    feats = sd.features(target, ds, meta, sd.data_dir(target, opts, sd.recipe(opts)), target.n_layers, opts["topk"])
+    ds, meta, where, held = data(opts)
+    feats = sd.features(target, ds, meta, where, target.n_layers, opts["topk"])
     head, rows = load_head(path, target)
     head = head.float().eval()
     subset = target.head_rows(rows) if rows is not None else None
@@ -47,9 +48,8 @@ def eagle(path: Path) -> dict:
 def kangaroo(path: Path) -> dict:
     opts = resolve_options("kangaroo", kangaroo_train.OPTIONS, DATA)
     l = opts["exit_layer"]
-    ds, meta, held = data("kangaroo", opts, capture_layers=(l,), topk=opts["topk"])
-    s = sd.recipe(opts, capture_layers=(l,), topk=opts["topk"])
-    feats = sd.features(target, ds, meta, sd.data_dir(target, opts, s), l, opts["topk"])
+    ds, meta, where, held = data(opts, capture_layers=(l,), topk=opts["topk"])
+    feats = sd.features(target, ds, meta, where, l, opts["topk"])
     adapter, vocab, cfg = load_adapter(path, target, l)
     n = int((cfg.get("specharness") or {}).get("draft_vocab") or 0)
     rows = vocab[:n].contiguous() if n and vocab is not None else None
@@ -62,7 +62,7 @@ def kangaroo(path: Path) -> dict:
 
 def medusa(path: Path) -> dict:
     opts = resolve_options("medusa", medusa_train.OPTIONS, DATA)
-    ds, _, held = data("medusa", opts)
+    ds, _, _, held = data(opts)
     heads = load_heads(path, target)
     feat = medusa_train.teacher_features(target, ds, held, heads.n_heads, opts["topk"], progress=False)
     top1 = medusa_train.evaluate(heads.float(), target, feat, False)
