@@ -33,6 +33,7 @@ the process (result headers record ``narrow_attention: "sdpa (fallback: ...)"``)
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -40,12 +41,18 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
 from ...engine_options import NARROW_ENV
 from ...errors import exception_line
 from ...paths import cache_root
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: builds are not serialised (torch's own lock file still is)
+    fcntl = None
 
 AMX_WIDTH = 64  # the widest forward the AMX path takes (the profile's widest; a prefill keeps SDPA's blocked kernel)
 FMA_WIDTH = 8  # ... and the AVX512-BF16 path: at 16 it only ties SDPA, whose AMX GEMMs win wider
@@ -79,6 +86,38 @@ def build_key() -> str:
     return hashlib.sha256(key).hexdigest()[:12]
 
 
+@contextlib.contextmanager
+def build_lock(build_dir: Path) -> Iterator[None]:
+    """Held while building and loading the kernel: an OS lock, released even when its process is
+    killed. Why: torch's loader marks a build with a ``lock`` file and waits, forever, for any
+    ``lock`` it finds to go; a build killed mid-compile (Ctrl-C, a killed job) leaves one, and every
+    later run hung on it. Under this lock no other build runs, so a ``lock`` found is stale and goes."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with open(build_dir / "build.flock", "a") as held:
+        if fcntl is not None:
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"engine: waiting for another process building the narrow attention kernel in {build_dir}",
+                      file=sys.stderr)
+                fcntl.flock(held, fcntl.LOCK_EX)
+            stale = build_dir / "lock"
+            if stale.exists():
+                print(f"engine: removing {stale}, left by an interrupted build", file=sys.stderr)
+                stale.unlink(missing_ok=True)
+        yield
+
+
+def build_source(build_dir: Path) -> Path:
+    """The kernel's source, copied into its build directory (once: the directory is keyed by the
+    source), so the compile command is the same from every checkout: built from the checkout's own
+    path, each clone's different path made ninja rebuild it (30 s) when another checkout had built it."""
+    copy = build_dir / SOURCE.name
+    if not copy.exists() or copy.read_bytes() != SOURCE.read_bytes():
+        shutil.copyfile(SOURCE, copy)
+    return copy
+
+
 def _build() -> str | None:
     """Build and load the op once per process; None when it loaded, else why not (one line)."""
     if not torch.cpu._is_avx512_bf16_supported():
@@ -96,8 +135,9 @@ def _build() -> str | None:
     if not (build_dir / f"{name}.so").exists():
         print(f"engine: building the narrow attention kernel into {build_dir} (once, about 30 s)", file=sys.stderr)
     try:
-        cpp_extension.load(name, [str(SOURCE)], extra_cflags=FLAGS,
-                           extra_ldflags=["-fopenmp"], build_directory=str(build_dir), is_python_module=False)
+        with build_lock(build_dir):
+            cpp_extension.load(name, [str(build_source(build_dir))], extra_cflags=FLAGS,
+                               extra_ldflags=["-fopenmp"], build_directory=str(build_dir), is_python_module=False)
     except Exception as exc:  # no compiler, no ninja, a compile error: SDPA still works
         return f"its build failed ({exception_line(exc)})"
     torch.library.register_fake("specharness::narrow_attention")(_fake)

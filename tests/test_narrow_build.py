@@ -1,0 +1,116 @@
+"""Building the narrow attention kernel survives an interrupted build and a second checkout.
+
+torch's extension loader marks a build with a ``lock`` file and waits forever for one it finds; a
+build killed mid-compile left one and every later run hung (seen in a session: a table run waited
+on it). ``build_lock`` is an OS lock that dies with its process, under which such a file is stale.
+These tests compile nothing: the loader is replaced where a test reaches it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from specharness.model.accel import narrow_attention
+
+pytestmark = pytest.mark.skipif(narrow_attention.fcntl is None, reason="POSIX file locks only")
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from specharness.model.accel.narrow_attention import build_lock
+d = Path(sys.argv[1])
+with build_lock(d):
+    (d / "lock").touch()  # what torch's loader writes while it builds
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def within(seconds: float, work) -> None:
+    """Run ``work`` in a thread; fail (instead of hanging the suite) when it takes longer."""
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def run():
+        try:
+            work()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            errors.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert done.wait(seconds), f"still waiting after {seconds} s"
+    if errors:
+        raise errors[0]
+
+
+def test_a_build_killed_while_holding_the_lock_leaves_nothing_that_blocks_the_next(tmp_path, capsys):
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert (tmp_path / "lock").exists()
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=30)
+    finally:
+        holder.kill()
+    seen = []
+
+    def take():
+        with narrow_attention.build_lock(tmp_path):
+            seen.append((tmp_path / "lock").exists())
+
+    within(30, take)
+    assert seen == [False]
+    assert "left by an interrupted build" in capsys.readouterr().err
+
+
+def test_a_live_build_is_waited_for_and_its_lock_file_kept_until_it_ends(tmp_path, capsys):
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        entered = threading.Event()
+
+        def take():
+            with narrow_attention.build_lock(tmp_path):
+                entered.set()
+
+        waiter = threading.Thread(target=take, daemon=True)
+        waiter.start()
+        assert not entered.wait(1.0), "took the lock while another process held it"
+        assert (tmp_path / "lock").exists()
+        holder.terminate()
+        assert entered.wait(30)
+    finally:
+        holder.kill()
+    assert "waiting for another process building" in capsys.readouterr().err
+
+
+def test_the_loader_compiles_the_copy_in_the_build_directory_with_no_stale_lock(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECHARNESS_CACHE", str(tmp_path))
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    build_dir = tmp_path / "kernels" / f"narrow_attention-{narrow_attention.build_key()}"
+    build_dir.mkdir(parents=True)
+    (build_dir / "lock").touch()
+    calls = []
+
+    def load(name, sources, build_directory, **kwargs):
+        calls.append((sources, Path(build_directory), (Path(build_directory) / "lock").exists()))
+        raise RuntimeError("stop here")
+
+    from torch.utils import cpp_extension
+    monkeypatch.setattr(cpp_extension, "load", load)
+    assert narrow_attention._build() == "its build failed (RuntimeError: stop here)"
+    assert narrow_attention._build() == "its build failed (RuntimeError: stop here)"
+    (first, directory, stale), (second, _, _) = calls
+    assert directory == build_dir and not stale
+    assert first == second == [str(build_dir / narrow_attention.SOURCE.name)]
+    assert (build_dir / narrow_attention.SOURCE.name).read_bytes() == narrow_attention.SOURCE.read_bytes()
