@@ -1,10 +1,14 @@
 """Progress you can trust while graphs compile: which graph, how many are left, and how long the
 rest took before. Compiling can take minutes a graph; a bar that only counts seconds says
-nothing about when timing starts. Each graph's compile seconds are kept in the cache beside the
-engine choice (``cache_root()/engine/``), keyed by machine, dtype and mode, so a later run with
-the same engine knows which graphs are coming and what they cost. The store is read once per
-process, before anything compiles (``read_times``): a run's own first graphs, saved when its
-compile check ends, must not pass for an earlier run's whole set in its warm-up.
+nothing about when timing starts. Each graph's seconds are kept in the cache beside the engine
+choice (``cache_root()/engine/``), keyed by machine, dtype and mode, so a later run with the same
+engine knows which graphs are coming and what they cost: the seconds it took to build (compile)
+and, apart, to load from the graph store. A run's graphs go one way (the store's key holds the code,
+torch and the CPU), so the rest are estimated from the times of the way the current graph goes: a
+store emptied or outdated after runs that loaded in 1 s no longer promises "5 s to go" for builds
+of minutes. The file is read once per process, before anything compiles (``read_times``): a run's
+own first graphs, saved when its compile check ends, must not pass for an earlier run's whole set
+in its warm-up.
 """
 
 from __future__ import annotations
@@ -27,13 +31,18 @@ def times_file(machine: str, dtype: str, mode: str) -> Path:
     return cache_root() / "engine" / f"{machine}-{dtype}-{mode}.compile.json"
 
 
-def read_times(path: Path) -> dict[str, float]:
-    """Earlier runs' compile seconds per graph ({} when none, or the store is unreadable: that
-    only costs the estimate)."""
+KINDS = ("builds", "loads")  # seconds to build a graph, to load its stored package (files before
+# builds and loads were told apart hold "graphs", a mix of both: ignored)
+
+
+def read_times(path: Path) -> dict[str, dict[str, float]]:
+    """Earlier runs' seconds per graph: ``{"builds": build seconds, "loads": load seconds}`` (empty
+    when there are none or the file is unreadable: that only costs the estimate)."""
     try:
-        return dict(json.loads(path.read_text())["graphs"]) if path.is_file() else {}
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-        return {}
+        data = json.loads(path.read_text()) if path.is_file() else {}
+        return {kind: {str(g): float(s) for g, s in dict(data.get(kind, {})).items()} for kind in KINDS}
+    except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
+        return {kind: {} for kind in KINDS}
 
 
 class CompileProgress:
@@ -41,7 +50,8 @@ class CompileProgress:
     and an estimate from earlier runs' times (``last``: what ``read_times`` gave before this
     process compiled anything); ``save()`` merges this run's times into the store."""
 
-    def __init__(self, backend, path: Path, say: Callable[[str], None], last: dict[str, float] | None = None) -> None:
+    def __init__(self, backend, path: Path, say: Callable[[str], None],
+                 last: dict[str, dict[str, float]] | None = None) -> None:
         self.backend, self.path, self.say = backend, path, say
         self.started = time.perf_counter()
         self.last = read_times(path) if last is None else last
@@ -54,11 +64,18 @@ class CompileProgress:
         line = f"{verb} graph {n} ({key.describe()})"
         if self.backend.background:
             line += f" in the background ({self.backend.build_jobs} at a time)"
-        if self.last:
-            todo = [g for g in self.last if g not in done]
+        expected = {g for kind in KINDS for g in self.last[kind]}
+        if expected:
+            todo = [g for g in expected if g not in done]
             left = len([g for g in todo if g != graph_id(key)])
-            line += (f", {left} more expected, about {sum(self.last[g] for g in todo) / self.backend.build_jobs:.0f} s "
-                     "to go (earlier runs' times)")
+            kind, jobs = ("loads", 1) if self.backend.loading else ("builds", self.backend.build_jobs)
+            known = [self.last[kind][g] for g in todo if g in self.last[kind]]
+            line += f", {left} more expected"
+            if known:
+                line += (f", about {sum(known) / jobs:.0f} s to go (earlier runs' "
+                         f"{'load' if kind == 'loads' else 'build'} times)")
+            else:
+                line += f" ({'loading' if kind == 'loads' else 'building'}: no time measured here yet)"
         else:
             line += ", no estimate yet (first compile of this engine here)"
         self.say(f"{line}; {time.perf_counter() - self.started:.0f} s so far")
@@ -69,9 +86,11 @@ class CompileProgress:
                  f"{time.perf_counter() - self.started:.0f} s so far")
 
     def save(self) -> None:
-        """Keep every graph's compile seconds for the next run (a graph not compiled now keeps its old time)."""
-        if not self.backend.compile_times:
+        """Keep every graph's build and load seconds for the next run (a graph not built, or not
+        loaded, now keeps its old time of that kind)."""
+        now = {"builds": self.backend.compile_times, "loads": self.backend.load_times}
+        if not any(now.values()):
             return
-        merged = {**self.last, **{graph_id(k): s for k, s in self.backend.compile_times.items()}}
+        merged = {kind: {**self.last[kind], **{graph_id(k): s for k, s in now[kind].items()}} for kind in KINDS}
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(self.path, json.dumps({"graphs": merged}, indent=1))
+        write_text_atomic(self.path, json.dumps(merged, indent=1))

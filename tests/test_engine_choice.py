@@ -202,7 +202,7 @@ def test_compile_progress_names_each_graph_and_a_second_run_estimates_from_the_f
     from specharness.compile_progress import CompileProgress, read_times, times_file
     path = times_file("m", "float32", "default")
     runs: list[list[str]] = []
-    for _ in range(2):  # two runs of one engine: a fresh target each, as a second process would have
+    for _ in range(3):  # three runs of one engine: a fresh target each, as another process would have
         lines: list[str] = []
         target = tiny()
         before = read_times(path)  # what the process knows before it compiles anything
@@ -217,12 +217,17 @@ def test_compile_progress_names_each_graph_and_a_second_run_estimates_from_the_f
             CompileProgress(target.backend, path, warm.append, before)(next(iter(target.backend.graphs)))
             assert "no estimate yet" in warm[0], warm
         runs.append(lines)
-    first, second = runs
+    first, second, third = runs
     assert len(first) == len(target.backend.graphs) >= 2  # one line per graph compiled
     # the compile check's graphs build side by side in child processes (the graph store, CPU)
     assert first[0].startswith("building graph 1 (layers 0-1 +head") and "no estimate yet" in first[0]
     assert "in the background (" in first[0] and " at a time)" in first[0]
-    assert "1 more expected, about" in second[0] and "s to go (earlier runs' times)" in second[0]
+    # the second run loads what the first built: the first's build times do not pass for load times
+    assert second[0].startswith("loading graph 1") and "1 more expected (loading: no time measured here yet)" in second[0]
     assert "0 more expected" in second[-1]
-    stored = json.loads(path.read_text())["graphs"]
-    assert len(stored) == len(target.backend.graphs) and all(s > 0 for s in stored.values())
+    assert third[0].startswith("loading graph 1") and "1 more expected, about" in third[0]
+    assert "s to go (earlier runs' load times)" in third[0]
+    stored = json.loads(path.read_text())
+    for kind in ("builds", "loads"):  # the first run's build times are kept beside the later runs' loads
+        assert len(stored[kind]) == len(target.backend.graphs) and all(s > 0 for s in stored[kind].values())
+    assert sum(stored["loads"].values()) < sum(stored["builds"].values())

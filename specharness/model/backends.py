@@ -114,6 +114,7 @@ class EagerBackend:
         self.used: set[GraphKey] = set()  # the graphs called since the caller last cleared it (warm-up, per method)
         self.compile_s = 0.0
         self.compile_times: dict[GraphKey, float] = {}  # seconds each graph took to compile (progress estimates)
+        self.load_times: dict[GraphKey, float] = {}  # ... or to load from the graph store
         self.on_new_graph: Callable[[GraphKey], None] | None = None  # told before each compile (a progress line)
         # told as each background build ends: (graph, its build seconds, builds still to wait for)
         self.on_graph_built: Callable[[GraphKey, float, int], None] | None = None
@@ -283,9 +284,9 @@ class CompiledBackend(EagerBackend):
         args = (r.x, r.positions, r.slots, r.bias, r.keys, r.values, r.a, r.b, r.head, capture, skip)
         stack, wide = self.stacks[r.stack], not static
         stored = self.store is not None and self.store.fits(args, wide) and key not in self.store.failures
+        loads = new and stored and self.store.stored(key, stack, args, wide)
         if new and self.on_new_graph is not None:  # progress, before the graph is loaded or compiled
-            self.loading = stored and self.store.stored(key, stack, args, wide)
-            self.background = stored and self.deferred and not self.loading
+            self.loading, self.background = loads, stored and self.deferred and not loads
             try:
                 self.on_new_graph(key)
             finally:
@@ -297,10 +298,11 @@ class CompiledBackend(EagerBackend):
             out = package(*(t.contiguous() for t in args[:6]))
         else:
             out = self._compiled(r.stack, stack, args, static)
-        if started is not None:  # a new graph: this call compiled it
+        if started is not None:  # a new graph: this call compiled (or loaded) it
             self.graphs.add(key)
-            self.compile_times[key] = time.perf_counter() - started
-            self.compile_s += self.compile_times[key]
+            seconds = time.perf_counter() - started
+            (self.load_times if loads else self.compile_times)[key] = seconds
+            self.compile_s += seconds
         return out
 
     def _compiled(self, name: str, stack: DecoderStack, args: tuple, static: bool, mark: bool = False) -> tuple:
