@@ -24,4 +24,4 @@ python -m specharness lossless --certify "$OUT/runs" --bench-file "$BENCH" 2>&1 
 [ -f "$OUT/profile/profile.json" ] || python -m specharness profile --threads 2 --configs bfloat16/max-autotune \
     --widths 1,2,4,8,16 --contexts 256 --variant medusa:tree=sized --variant eagle:mode=chain \
     --out "$OUT/profile" 2>&1 | tee "$OUT/profile.log"
-python -m specharness report "$OUT/runs" --profile "$OUT/profile/profile.json" --out "$OUT/report"
+python -m specharness report "$OUT/runs" --profile results/smollm2-cpu-epyc-n10-v3/profile/profile.json --out "$OUT/report"
