@@ -68,14 +68,12 @@ class CompileProgress:
         if expected:
             todo = [g for g in expected if g not in done]
             left = len([g for g in todo if g != graph_id(key)])
-            kind, jobs = ("loads", 1) if self.backend.loading else ("builds", self.backend.build_jobs)
-            known = [self.last[kind][g] for g in todo if g in self.last[kind]]
+            way, jobs = ("load", 1) if self.backend.loading else ("build", self.backend.build_jobs)
+            times = self.last[way + "s"]
+            known = [times[g] for g in todo if g in times]
             line += f", {left} more expected"
-            if known:
-                line += (f", about {sum(known) / jobs:.0f} s to go (earlier runs' "
-                         f"{'load' if kind == 'loads' else 'build'} times)")
-            else:
-                line += f" ({'loading' if kind == 'loads' else 'building'}: no time measured here yet)"
+            line += (f", about {sum(known) / jobs:.0f} s to go (earlier runs' {way} times)" if known
+                     else f" ({way}ing: no time measured here yet)")
         else:
             line += ", no estimate yet (first compile of this engine here)"
         self.say(f"{line}; {time.perf_counter() - self.started:.0f} s so far")

@@ -92,7 +92,6 @@ def build_lock(build_dir: Path) -> Iterator[None]:
     killed. Why: torch's loader marks a build with a ``lock`` file and waits, forever, for any
     ``lock`` it finds to go; a build killed mid-compile (Ctrl-C, a killed job) leaves one, and every
     later run hung on it. Under this lock no other build runs, so a ``lock`` found is stale and goes."""
-    build_dir.mkdir(parents=True, exist_ok=True)
     with open(build_dir / "build.flock", "a") as held:
         if fcntl is not None:
             try:
