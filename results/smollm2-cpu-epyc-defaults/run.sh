@@ -5,7 +5,7 @@
 # project: not Spec-Bench's, so the defaults are not tuned on the benchmark they are judged on),
 # 96 new tokens, 2 timed repeats after 1 warm-up, bfloat16 max-autotune, 2 threads, nothing compiled
 # while timing. Then every bfloat16 divergence certified, and the report.
-# Run from the repository root with nothing else on the machine (about 15 minutes); rerunning resumes.
+# Run from the repository root with nothing else on the machine (about 25 minutes); rerunning resumes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=results/smollm2-cpu-epyc-defaults
@@ -18,3 +18,12 @@ python -m specharness compare --bench sample --dtype bfloat16 --compile max-auto
 python -m specharness lossless --certify "$OUT/runs" 2>&1 | tee "$OUT/certify.log" \
     || echo "certify: not every divergence is certified (certify.log)"
 python -m specharness report "$OUT/runs" --out "$OUT/report"
+# Stage 2, the two winners combined and their neighbours, with a vanilla of their own (runs2/)
+METHODS=vanilla,eagle:depth=3,eagle:depth=3:draft_vocab=4096,medusa:tree=sized:draft_vocab=8192
+METHODS+=,medusa:tree=sized:draft_vocab=4096
+python -m specharness compare --bench sample --dtype bfloat16 --compile max-autotune --threads 2 \
+    --max-new-tokens 96 --repeats 2 --warmup 1 --methods "$METHODS" --out-dir "$OUT/runs2" --resume \
+    2>&1 | grep -v $'\r' | tee -a "$OUT/compare2.log"
+python -m specharness lossless --certify "$OUT/runs2" 2>&1 | tee "$OUT/certify2.log" \
+    || echo "certify: not every divergence is certified (certify2.log)"
+python -m specharness report "$OUT/runs2" --out "$OUT/report2"
