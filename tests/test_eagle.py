@@ -41,6 +41,34 @@ def test_greedy_identical_to_vanilla(smol, vanilla_greedy, first_questions, kw):
     assert max(r.drafted for r in g.rounds) == d.total and all(r.width == r.drafted + 1 for r in g.rounds[1:])
 
 
+def test_the_heads_pass_over_verified_tokens_is_drafting(tiny):
+    """``commit`` runs no forward: the head's rerun over the accepted tokens (with the target's
+    features) is the next ``propose``'s first pass, so the engine times it as drafting, not as the
+    round's bookkeeping; the output is the same as running it at once."""
+    torch.set_num_threads(1)
+    d = eg.build(tiny, options(depth=3, top_k=2, total_tokens=4))
+    calls: list[str] = []
+    forward = tiny.forward
+
+    def counted(*args, **kw):
+        calls.append(kw.get("stack", ""))
+        return forward(*args, **kw)
+
+    commit, propose = d.commit, d.propose
+    d.commit = lambda *a: (calls.append("commit"), commit(*a))[1]
+    d.propose = lambda *a: (calls.append("propose"), propose(*a))[1]
+    tiny.forward = counted
+    try:
+        g = generate(tiny, d, greedy, [1, 2, 3], 8)
+    finally:
+        del tiny.forward
+    after = [calls[i + 1] for i, c in enumerate(calls[:-1]) if c == "commit"]
+    assert after and all(c == "propose" for c in after), calls  # a commit runs no head pass
+    first = calls.index("propose")
+    assert d.stack in calls[first + 1:], calls  # propose runs the head
+    assert g.token_ids == generate(tiny, NoDraft(), greedy, [1, 2, 3], 8).token_ids
+
+
 def test_sampling_keeps_the_target_distribution(tiny):
     torch.set_num_threads(1)
     d = eg.build(tiny, options(depth=2, top_k=3, total_tokens=5))

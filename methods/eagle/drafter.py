@@ -14,8 +14,10 @@ gives the distribution of the first draft. A round:
    its parent).
 
 The drafts are chosen deterministically, so sampling verifies them as point masses (lossless for
-any choice). ``commit`` replaces the drafted features by the target's: it reruns the head over the
-accepted tokens with the verified features, which also yields the next round's first distribution.
+any choice). The drafted features are replaced by the target's: the head reruns over the accepted
+tokens with the verified features, which also yields the next round's first distribution. ``commit``
+only notes them; that rerun is the next ``propose``'s first head pass, so the engine times it as
+drafting (it is the drafter's forward), not as the round's bookkeeping.
 ``mode=chain`` is EAGLE-1's chain (top_k = 1, total_tokens = depth).
 """
 
@@ -36,14 +38,15 @@ from .head import EagleHead
 OPTIONS = [
     OptionSpec("mode", "str", "tree", "'tree' (EAGLE-2's dynamic tree) or 'chain' (EAGLE-1: one token per depth)",
                choices=("tree", "chain")),
-    OptionSpec("depth", "int", 5, "draft depth: the longest path the tree can propose", min=1),
+    OptionSpec("depth", "int", 3, "draft depth: the longest path the tree can propose (3: as many tokens kept as "
+               "at 5 on SmolLM2, at two head passes fewer a round; results/smollm2-cpu-epyc-defaults)", min=1),
     OptionSpec("top_k", "int", 4, "children tried per expanded node, and frontier nodes expanded per depth", min=1),
     OptionSpec("total_tokens", "int", 7, "draft tokens verified per round (the tree's size; 7 + the current token "
                "= 8 positions: widths 2..8 cost one compiled bucket, the cheapest past a single token)", min=1),
     OptionSpec("head", "str", "", "head checkpoint directory; empty = the shipped head for this model, "
                "'untrained' = one started from the target's last layer, never trained"),
     OptionSpec("draft_vocab", "int", -1, "draft head rows: 0 = the full LM head, N = the N most frequent tokens "
-               "of the head's training data, -1 = what the head was trained with", min=-1),
+               "of the head's training data, -1 = what the head was trained with, at most 4096 (the fastest measured)", min=-1),
 ]
 
 
@@ -66,6 +69,7 @@ class EagleDrafter:
         self.cache = None
         self.root_logp: torch.Tensor | None = None  # draft log-probs of the token after the current one
         self.root_feat: torch.Tensor | None = None  # the head's predicted feature at the current position
+        self.verified: tuple[list[int], torch.Tensor, int] | None = None  # committed, not yet run through the head
 
     # ---- the head over committed tokens -------------------------------------------------------------
     def _run(self, tokens: list[int], feats: torch.Tensor, start: int, head: bool = True, **layout):
@@ -89,13 +93,21 @@ class EagleDrafter:
 
     def begin(self, state: DecodeState, prefill_hidden) -> None:
         self.cache = self.t.new_cache(state.cache.max_len + self.depth * self.top_k, n_layers=1)
+        self.verified = None
         feats = self.t.norm(state.prompt_hidden)  # f_t, t = 0 .. P-1
         self._advance(state.ids[1:state.prompt_len + 1], feats, 0, prompt=True)
 
     def commit(self, state: DecodeState, verified: Verified) -> None:
         p = verified.start
         tokens = state.ids[p + 1:p + verified.accepted + 2]  # the kept drafts and the target's own token
-        self._advance(tokens, self.t.norm(verified.hidden[:len(tokens)]), p)
+        self.verified = (tokens, verified.hidden[:len(tokens)], p)
+
+    def _catch_up(self) -> None:
+        """The head over the last committed tokens with the target's features (``commit``'s)."""
+        if self.verified is not None:
+            tokens, hidden, p = self.verified
+            self.verified = None
+            self._advance(tokens, self.t.norm(hidden), p)
 
     # ---- a round's tree ----------------------------------------------------------------------------
     # Candidates are Python lists indexed by creation order (depth 1's top_k, then each depth's top_k
@@ -104,6 +116,7 @@ class EagleDrafter:
     # operation costs well under a microsecond and a tensor op 2-10 us, so a depth's bookkeeping is a
     # fixed handful of tensor ops (mask, positions, features, the head's log-softmax and top-k).
     def propose(self, state: DecodeState) -> Proposal:
+        self._catch_up()  # before any early return: a later commit would otherwise replace what it holds
         depth, total = min(self.depth, state.max_draft), min(self.total, state.budget)
         if depth <= 0:
             return Proposal()
