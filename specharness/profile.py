@@ -388,14 +388,22 @@ def markdown(p: dict) -> str:
                      "measured here, so the floor's T=8 / T=1 and T=32 / T=1 are the flattest width curve this "
                      "machine allows.")
     if p.get("drafters"):
+        rate = target_rate_gbs(p)
         lines += ["\n| drafter | draft ms/round (fixed) | draft ms per token | its byte roofline (MB read) | "
-                  "per token / roofline | bookkeeping ms/round |", "|---|---|---|---|---|---|"]
+                  "per token / roofline | per token / target's rate | bookkeeping ms/round |",
+                  "|---|---|---|---|---|---|---|"]
         lines += [f"| {n} | {d['draft_fixed_ms']:.2f} | {d['draft_per_token_ms']:.2f} | "
-                  + " | ".join(_roofline_cells(d, p["bandwidth_gbs"])) + f" | {d['bookkeeping_ms']:.2f} |"
-                  for n, d in p["drafters"].items()]
+                  + " | ".join(_roofline_cells(d, p["bandwidth_gbs"])) + f" | {_rate_cell(d, rate)} | "
+                  f"{d['bookkeeping_ms']:.2f} |" for n, d in p["drafters"].items()]
         lines.append("\n*its byte roofline*: the weights one draft token reads (the drafter's ``draft_bytes``: its "
                      "layers, norms and head rows) over the bandwidth measured in this profile; a drafter that reads "
                      "none (retrieval) has no roofline.")
+        if rate:
+            lines.append(f"*target's rate*: the rate at which the target's own step reads its weights here, "
+                         f"{rate:.1f} GB/s (its weight bytes over its cheapest step at widths 1-8, the step vanilla "
+                         "runs, in the drafters' engine). A drafter at 1.00 reads its weights as fast as the target "
+                         "does; above it, it loses time of its own (small calls, weights gone cold during each "
+                         "verification). A tree drafter's token shares its pass with its siblings.")
     if p.get("left_out"):
         lines.append(f"\nLeft out (could not be built here; the profile's log says why): {', '.join(p['left_out'])}.")
     if p.get("decoders"):
@@ -408,6 +416,29 @@ def markdown(p: dict) -> str:
                      "forwards (by width, above) and generate's per-step overhead (generate's step minus its "
                      "one-position forward).")
     return "\n".join(lines) + "\n"
+
+
+def target_rate_gbs(p: dict) -> float | None:
+    """GB/s at which the target's step reads its weights: weight bytes over its cheapest forward of
+    1-8 positions (the route pads vanilla's step to the fastest) at the profile's first context, in
+    the engine the drafters were profiled on. Neither the target nor a drafter reaches the bandwidth
+    of a streaming sum on every CPU; this is the rate a drafter can fairly be held to."""
+    want = p.get("drafters_config") or p.get("chosen") or {}
+    for c in p.get("configs", []):
+        if (c["dtype"], c["compile"]) == (want.get("dtype"), want.get("compile")) and c.get("by_width"):
+            row = next(iter(c["by_width"].values()))
+            steps = [ms for w, ms in row.items() if int(w) <= 8]
+            weights = p.get("rooflines", {}).get(c["dtype"], {}).get("weight_bytes")
+            if steps and weights:
+                return weights / min(steps) / 1e6
+    return None
+
+
+def _rate_cell(d: dict, rate: float | None) -> str:
+    """A drafter's per-token cost over what its bytes take at the target's own rate."""
+    if not d.get("draft_bytes") or not rate:
+        return "-"
+    return f"{d['draft_per_token_ms'] / (d['draft_bytes'] / rate / 1e6):.2f}"
 
 
 def _roofline_cells(d: dict, gbs: float) -> tuple[str, str]:

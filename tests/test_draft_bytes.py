@@ -73,5 +73,14 @@ def test_the_profile_gives_per_token_cost_over_the_byte_roofline():
                       "pld": {"draft_fixed_ms": 0.0, "draft_per_token_ms": 0.0, "bookkeeping_ms": 0.5,
                               "draft_bytes": 0}}}
     text = markdown(p)
-    assert "| early_exit | 1.00 | 3.00 | 1.00 ms (20.0) | 3.00 | 0.40 |" in text
-    assert "| pld | 0.00 | 0.00 | - | - | 0.50 |" in text
+    assert "| early_exit | 1.00 | 3.00 | 1.00 ms (20.0) | 3.00 | - | 0.40 |" in text  # no target step measured
+    assert "| pld | 0.00 | 0.00 | - | - | - | 0.50 |" in text
+    # the target's own step: 200 MB in 10 ms at its cheapest width of 1-8 (the width-16 one is not its step)
+    p["rooflines"]["bfloat16"]["weight_bytes"] = 200_000_000
+    p["configs"] = [{"dtype": "bfloat16", "compile": "max-autotune",
+                     "by_width": {"256": {"1": 12.0, "2": 11.0, "8": 10.0, "16": 5.0}}}]
+    text = markdown(p)
+    assert "20.0 GB/s (its weight bytes over its cheapest step" in text
+    assert "| early_exit | 1.00 | 3.00 | 1.00 ms (20.0) | 3.00 | 3.00 | 0.40 |" in text  # 3 ms against 1 ms at 20 GB/s
+    p["drafters_config"] = {"dtype": "float32", "compile": "none"}  # the drafters ran in another engine: no rate
+    assert "| early_exit | 1.00 | 3.00 | 1.00 ms (20.0) | 3.00 | - | 0.40 |" in markdown(p)
