@@ -12,8 +12,8 @@ from .drafter import OPTIONS, build, extra_params, heads_info
 def specharness_drafters() -> list[DrafterSpec]:
     return [DrafterSpec("medusa", build, OPTIONS, sizable=True, params=extra_params, info=heads_info,
                         tiny_options={"heads_path": "random"},
-                        help="Medusa-1: K heads on the last hidden state draft K tokens at once, verified as one "
-                             "sequence (tree=chain) or as a tree (mc_sim_7b_63, sized)")]
+                        help="Medusa-1: K heads on the last hidden state draft K tokens at once, verified as a tree "
+                             "(sized, mc_sim_7b_63) or as one sequence (tree=chain)")]
 
 
 @hookimpl
