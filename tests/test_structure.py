@@ -135,10 +135,12 @@ def test_readme_layout_matches_the_tree():
         assert pkg.name in words, f"README layout does not mention methods/{pkg.name}"
 
 
-COMMITTED = sorted(p.parent for p in ROOT.glob("results/*/report/table1.md"))
+# a folder's report, or a stage's in its own subfolder (results/<run>/<stage>/report), rebuilt from its folder
+COMMITTED = sorted(p.parent for p in [*ROOT.glob("results/*/report/table1.md"), *ROOT.glob("results/*/*/report/table1.md")])
 
 
-@pytest.mark.parametrize("report_dir", COMMITTED, ids=[p.parent.name for p in COMMITTED])
+@pytest.mark.parametrize("report_dir", COMMITTED,
+                         ids=[p.parent.relative_to(ROOT / "results").as_posix() for p in COMMITTED])
 def test_committed_results_rebuild_the_same_tables(report_dir, tmp_path):
     from specharness.report import build_report
     profile = None  # a report built with --profile used the profile its run.sh names

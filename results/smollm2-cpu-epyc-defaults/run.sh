@@ -13,17 +13,17 @@ METHODS=vanilla,kangaroo,kangaroo:eta=0.3,kangaroo:eta=0.45,kangaroo:eta=0.75,ka
 METHODS+=,eagle,eagle:depth=4,eagle:depth=3,eagle:draft_vocab=4096,eagle:depth=4:draft_vocab=4096
 METHODS+=,medusa,medusa:tree=sized,medusa:tree=sized:draft_vocab=8192
 python -m specharness compare --bench sample --dtype bfloat16 --compile max-autotune --threads 2 \
-    --max-new-tokens 96 --repeats 2 --warmup 1 --methods "$METHODS" --out-dir "$OUT/runs" --resume \
-    2>&1 | grep -v $'\r' | tee -a "$OUT/compare.log"
-python -m specharness lossless --certify "$OUT/runs" 2>&1 | tee "$OUT/certify.log" \
-    || echo "certify: not every divergence is certified (certify.log)"
-python -m specharness report "$OUT/runs" --out "$OUT/report"
-# Stage 2, the two winners combined and their neighbours, with a vanilla of their own (runs2/)
+    --max-new-tokens 96 --repeats 2 --warmup 1 --methods "$METHODS" --out-dir "$OUT/stage1/runs" --resume \
+    2>&1 | grep -v $'\r' | tee -a "$OUT/stage1/compare.log"
+python -m specharness lossless --certify "$OUT/stage1/runs" 2>&1 | tee "$OUT/stage1/certify.log" \
+    || echo "certify: not every divergence is certified (stage1/certify.log)"
+python -m specharness report "$OUT/stage1/runs" --out "$OUT/stage1/report"
+# Stage 2, the two winners combined and their neighbours, with a vanilla of their own (stage2/)
 METHODS=vanilla,eagle:depth=3,eagle:depth=3:draft_vocab=4096,medusa:tree=sized:draft_vocab=8192
 METHODS+=,medusa:tree=sized:draft_vocab=4096
 python -m specharness compare --bench sample --dtype bfloat16 --compile max-autotune --threads 2 \
-    --max-new-tokens 96 --repeats 2 --warmup 1 --methods "$METHODS" --out-dir "$OUT/runs2" --resume \
-    2>&1 | grep -v $'\r' | tee -a "$OUT/compare2.log"
-python -m specharness lossless --certify "$OUT/runs2" 2>&1 | tee "$OUT/certify2.log" \
-    || echo "certify: not every divergence is certified (certify2.log)"
-python -m specharness report "$OUT/runs2" --out "$OUT/report2"
+    --max-new-tokens 96 --repeats 2 --warmup 1 --methods "$METHODS" --out-dir "$OUT/stage2/runs" --resume \
+    2>&1 | grep -v $'\r' | tee -a "$OUT/stage2/compare.log"
+python -m specharness lossless --certify "$OUT/stage2/runs" 2>&1 | tee "$OUT/stage2/certify.log" \
+    || echo "certify: not every divergence is certified (stage2/certify.log)"
+python -m specharness report "$OUT/stage2/runs" --out "$OUT/stage2/report"
