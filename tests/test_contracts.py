@@ -102,7 +102,7 @@ def test_an_unreachable_ray_cluster_is_reported_within_seconds():
 
 # every method on its defaults, plus the option presets that change how it drafts (trees included)
 PRESETS = [["vanilla"], ["pld"], ["recycling"], ["lookahead"], ["self-spec"], ["early_exit"], ["kangaroo"],
-           ["eagle"], ["eagle", "-o", "mode=chain"], ["medusa"], ["medusa", "-o", "tree=sized"],
+           ["eagle"], ["eagle", "-o", "mode=chain"], ["medusa"], ["medusa", "-o", "tree=chain"],
            ["medusa", "-o", "tree=mc_sim_7b_63"], ["hf-generate"], ["hf-prompt-lookup"], ["hf-assisted-early-exit"]]
 
 

@@ -46,7 +46,7 @@ OPTIONS = [
     OptionSpec("head", "str", "", "head checkpoint directory; empty = the shipped head for this model, "
                "'untrained' = one started from the target's last layer, never trained"),
     OptionSpec("draft_vocab", "int", -1, "draft head rows: 0 = the full LM head, N = the N most frequent tokens "
-               "of the head's training data, -1 = what the head was trained with, at most 4096 (the fastest measured)", min=-1),
+               "of the head's training data, -1 = what the head was trained with, at most 4096 (faster than 8192 at depths 3 and 5, at a CR 0.02 lower)", min=-1),
 ]
 
 
@@ -62,7 +62,7 @@ class EagleDrafter:
         self.depth, self.top_k, self.total = depth, top_k, max(1, min(total_tokens, top_k * depth))
         self.max_width = self.total + 1
         # the head -> its norm -> the LM head rows as a stack of the target's, run through its backend; its
-        # widest call: a frontier of top_k nodes, or a commit of depth accepted drafts + the target's token
+        # widest call: a frontier of top_k nodes, or a catch-up over depth accepted drafts + the target's token
         self.stack = head.add_to(target, stack or stack_name("eagle", None), self.subset, max(top_k, depth + 1))
         # one head pass (a depth of the tree, or a chain's draft): its layer, projection, norm and head rows
         self.draft_bytes = target.backend.stacks[self.stack].read_bytes()

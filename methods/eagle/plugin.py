@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from specharness import draft_vocab
 from specharness.hookspecs import DrafterSpec, TrainerSpec, hookimpl
 from specharness.training import checkpoint_summary
 
@@ -15,10 +16,13 @@ def _params(target, options: dict) -> int:
 
 
 def _info(target, options: dict) -> dict:
-    """Tree or chain, which head, and (from its report.json) what that head was trained on."""
+    """Tree or chain, which head, its draft rows (what ``draft_vocab=-1`` meant here), and (from its
+    report.json) what that head was trained on."""
     path = resolve_head_path(target, options["head"])
     trained = checkpoint_summary(path) if path != UNTRAINED else {}
-    return {"tree": options["mode"], "head": options["head"] or "shipped", **({"training": trained} if trained else {})}
+    rows = load_head(path, target, options["draft_vocab"])[1]
+    return {"tree": options["mode"], "head": options["head"] or "shipped", **draft_vocab.describe(target, rows),
+            **({"training": trained} if trained else {})}
 
 
 @hookimpl

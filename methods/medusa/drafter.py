@@ -1,4 +1,4 @@
-"""Medusa-1: K parallel heads on the target's last hidden state, single-sequence verification.
+"""Medusa-1: K parallel heads on the target's last hidden state, verified as a tree (by default) or one sequence.
 
 Head k (k = 1..K) reads the normed final hidden state h_t that chose the current token x_{t+1}
 (``state.last_hidden``) and predicts x_{t+1+k}: the token k+1 positions after h_t's own. Each
@@ -7,7 +7,7 @@ identity) followed by its own LM head, initialised from the target's: the Medusa
 github.com/FasterDecoding/Medusa, restated here. ``tree=chain`` (the Kangaroo paper's comparison):
 the K top-1 tokens (greedy) or K tokens each sampled from its head's own distribution (sampling,
 handed over as q) form one draft sequence. ``tree=mc_sim_7b_63`` (the authors' default) or
-``tree=sized`` (its most likely paths, as many as the machine's width curve makes cheap): node
+``tree=sized`` (the option's default: its most likely paths, as many as the width curve makes cheap): node
 (depth d, rank r) is head d's r-th token, and the engine verifies the whole tree in one forward
 (``specharness.verify``: lossless speculative sampling over the tree; Medusa's own typical
 acceptance is not lossless and is not offered). The drafter keeps no state between rounds. Each
@@ -47,8 +47,8 @@ from .checkpoint import _find_checkpoint, has_checkpoint, heads_dir_for, load_he
 from .heads import MedusaHeads, random_heads
 from .trees import TREES, paths, structure
 
-# the shipped heads on a 2-core EPYC, sized tree: 4096 rows 1.196x, 8192 rows 1.179x, the full head 0.959x, at
-# the same CR (1.42; results/smollm2-cpu-epyc-defaults): the full head is 57 MB a round
+# the shipped heads on a 2-core EPYC, sized tree (results/smollm2-cpu-epyc-defaults): 4096 rows 1.196x and 8192 rows
+# 1.179x at CR 1.42-1.43 (stage 2, a tie within its intervals); the full head 0.959x at CR 1.40 (stage 1): it reads 57 MB a round
 DEFAULT_DRAFT_VOCAB = 4096
 OPTIONS = [
     OptionSpec("heads", "int", 4, "Medusa heads used (head k drafts the k-th token after the current one)", min=1),

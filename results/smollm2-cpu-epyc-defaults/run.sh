@@ -5,10 +5,12 @@
 # project: not Spec-Bench's, so the defaults are not tuned on the benchmark they are judged on),
 # 96 new tokens, 2 timed repeats after 1 warm-up, bfloat16 max-autotune, 2 threads, nothing compiled
 # while timing. Then every bfloat16 divergence certified, and the report.
-# Run from the repository root with nothing else on the machine (about 25 minutes); rerunning resumes.
+# Run from the repository root with nothing else on the machine (about 25 minutes). Rerunning resumes what this
+# script wrote; the committed runs carry shorter names (below), so a rerun here writes new files beside them:
+# point OUT at a new folder to retake it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-OUT=results/smollm2-cpu-epyc-defaults
+OUT=${OUT:-results/smollm2-cpu-epyc-defaults}
 # one stage: an interleaved compare of vanilla and the variants, its certify and its report, in $OUT/$1
 stage() {
     python -m specharness compare --bench sample --dtype bfloat16 --compile max-autotune --threads 2 \

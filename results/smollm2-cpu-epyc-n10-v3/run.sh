@@ -13,8 +13,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=results/smollm2-cpu-epyc-n10-v3
 BENCH="${SPECBENCH:-../shared/specbench/question.jsonl}"
-METHODS=vanilla,pld,recycling,lookahead,self-spec,kangaroo,early_exit,eagle,eagle:mode=chain
-METHODS+=,medusa,medusa:tree=sized,hf-generate,hf-prompt-lookup,hf-assisted-early-exit
+# EAGLE's and Medusa's options as they were then (their defaults changed since: results/smollm2-cpu-epyc-defaults);
+# the committed files were made with the bare names (eagle, eagle:mode=chain, medusa, medusa:tree=sized), so a
+# rerun with these names writes new files beside them
+OLD_EAGLE=depth=5:draft_vocab=8192
+METHODS=vanilla,pld,recycling,lookahead,self-spec,kangaroo,early_exit,eagle:$OLD_EAGLE,eagle:mode=chain:$OLD_EAGLE
+METHODS+=,medusa:tree=chain:draft_vocab=0,medusa:tree=sized:draft_vocab=0,hf-generate,hf-prompt-lookup,hf-assisted-early-exit
 python -m specharness compare --methods "$METHODS" --bench-file "$BENCH" --limit "${LIMIT:-10}" \
     --max-new-tokens 128 --repeats 2 --warmup 1 --threads 2 --out-dir "$OUT/runs" --resume \
     2>&1 | tee -a "$OUT/compare.log"
@@ -22,6 +26,6 @@ python -m specharness compare --methods "$METHODS" --bench-file "$BENCH" --limit
 python -m specharness lossless --certify "$OUT/runs" --bench-file "$BENCH" 2>&1 | tee "$OUT/certify.log" \
     || echo "certify: not every divergence is certified (certify.log); going on to the profile and report"
 [ -f "$OUT/profile/profile.json" ] || python -m specharness profile --threads 2 --configs bfloat16/max-autotune \
-    --widths 1,2,4,8,16 --contexts 256 --variant medusa:tree=sized --variant eagle:mode=chain \
+    --widths 1,2,4,8,16 --contexts 256 --variant medusa:tree=sized:draft_vocab=0 --variant eagle:mode=chain:$OLD_EAGLE \
     --out "$OUT/profile" 2>&1 | tee "$OUT/profile.log"
 python -m specharness report "$OUT/runs" --profile results/smollm2-cpu-epyc-n10-v3/profile/profile.json --out "$OUT/report"

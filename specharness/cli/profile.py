@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
                    help="a method's option for its costs, repeatable, e.g. -o self-spec.trials=8 "
                         "(default: every method on its defaults)")
     p.add_argument("--variant", action="append", default=[], metavar="METHOD:KEY=VALUE...",
-                   help="also profile a method on these options, repeatable (e.g. medusa:tree=sized): the cost "
+                   help="also profile a method on these options, repeatable (e.g. medusa:tree=chain): the cost "
                         "model explains a result file with the variant whose options are the file's")
     p.add_argument("--drafters-only", action="store_true",
                    help="measure only the drafters' and transformers peers' costs, into the profile already in --out "
