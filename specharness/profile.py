@@ -434,11 +434,16 @@ def target_rate_gbs(p: dict) -> float | None:
     return None
 
 
+def _bytes_ms(d: dict, gbs: float) -> float:
+    """ms one draft token's weights take to read at ``gbs``."""
+    return d["draft_bytes"] / gbs / 1e6
+
+
 def _rate_cell(d: dict, rate: float | None) -> str:
     """A drafter's per-token cost over what its bytes take at the target's own rate."""
     if not d.get("draft_bytes") or not rate:
         return "-"
-    return f"{d['draft_per_token_ms'] / (d['draft_bytes'] / rate / 1e6):.2f}"
+    return f"{d['draft_per_token_ms'] / _bytes_ms(d, rate):.2f}"
 
 
 def _roofline_cells(d: dict, gbs: float) -> tuple[str, str]:
@@ -446,8 +451,7 @@ def _roofline_cells(d: dict, gbs: float) -> tuple[str, str]:
     per-token cost over it; '-' for a drafter that reads no weights."""
     if not d.get("draft_bytes"):
         return "-", "-"
-    roof = d["draft_bytes"] / gbs / 1e6
-    return f"{roof:.2f} ms ({d['draft_bytes'] / 1e6:.1f})", f"{d['draft_per_token_ms'] / roof:.2f}"
+    return f"{_bytes_ms(d, gbs):.2f} ms ({d['draft_bytes'] / 1e6:.1f})", _rate_cell(d, gbs)
 
 
 def figure(p: dict, path: Path) -> None:

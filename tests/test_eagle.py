@@ -41,6 +41,17 @@ def test_greedy_identical_to_vanilla(smol, vanilla_greedy, first_questions, kw):
     assert max(r.drafted for r in g.rounds) == d.total and all(r.width == r.drafted + 1 for r in g.rounds[1:])
 
 
+def test_the_shipped_head_on_its_defaults_is_greedy_identical_on_every_subtask(smol, vanilla_greedy, first_questions):
+    """The defaults a user runs (the shipped head, depth 3, 4096 of its rows) on one question per subtask."""
+    d = eg.build(smol, resolve_options("eagle", eg.OPTIONS, {}))
+    assert d.rows is not None and d.rows.numel() == 4096 and d.depth == 3
+    for q in first_questions:
+        prompt = smol.chat_ids([{"role": "user", "content": q.turns[0]}])
+        g = generate(smol, d, greedy, prompt, 24)
+        assert g.token_ids == vanilla_greedy(prompt, 24), q.subtask
+        assert sum(r.accepted for r in g.rounds) > 0, q.subtask  # a trained head's drafts are kept
+
+
 def test_the_heads_pass_over_verified_tokens_is_drafting(tiny):
     """``commit`` runs no forward: the head's rerun over the accepted tokens (with the target's
     features) is the next ``propose``'s first pass, so the engine times it as drafting, not as the
@@ -71,17 +82,20 @@ def test_the_heads_pass_over_verified_tokens_is_drafting(tiny):
             super().commit(state, verified)
             self._catch_up()
 
-    at_once = AtOnce.__new__(AtOnce)
-    at_once.__dict__.update(eg.build(tiny, options(depth=3, top_k=2, total_tokens=4)).__dict__)
-    proposed: dict[str, list] = {"later": [], "at once": []}
-    for name, drafter in (("later", eg.build(tiny, options(depth=3, top_k=2, total_tokens=4))), ("at once", at_once)):
-        propose = drafter.propose
-        drafter.propose = lambda s, p=propose, n=name: proposed[n].append(p(s)) or proposed[n][-1]
+    def run(drafter) -> tuple[list, list]:
+        """Every round's drafts, and every round's (drafted, accepted)."""
+        drafts, propose = [], drafter.propose
+        drafter.propose = lambda s: drafts.append(propose(s)) or drafts[-1]
         rounds = generate(tiny, drafter, greedy, [1, 2, 3], 8).rounds
-        proposed[name].append([(r.drafted, r.accepted) for r in rounds])
+        return [(p.tokens, p.parents) for p in drafts], [(r.drafted, r.accepted) for r in rounds]
+
+    at_once = eg.build(tiny, options(depth=3, top_k=2, total_tokens=4))
+    at_once.__class__ = AtOnce
+    later_drafts, later_rounds = run(eg.build(tiny, options(depth=3, top_k=2, total_tokens=4)))
+    at_once_drafts, at_once_rounds = run(at_once)
     # the same drafts every round, so the pass runs on the same tokens and features either way
-    assert [(p.tokens, p.parents) for p in proposed["later"][:-1]] == [(p.tokens, p.parents) for p in proposed["at once"][:-1]]
-    assert proposed["later"][-1] == proposed["at once"][-1]
+    assert later_drafts == at_once_drafts
+    assert later_rounds == at_once_rounds
 
 
 def test_sampling_keeps_the_target_distribution(tiny):

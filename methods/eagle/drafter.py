@@ -32,7 +32,7 @@ from specharness.api import DecodeState, Proposal, Verified
 from specharness.options import OptionSpec
 from specharness.model import TargetModel, stack_name
 
-from .checkpoint import load_head, resolve_head_path
+from .checkpoint import DEFAULT_DRAFT_VOCAB, load_head, resolve_head_path
 from .head import EagleHead
 
 OPTIONS = [
@@ -46,7 +46,8 @@ OPTIONS = [
     OptionSpec("head", "str", "", "head checkpoint directory; empty = the shipped head for this model, "
                "'untrained' = one started from the target's last layer, never trained"),
     OptionSpec("draft_vocab", "int", -1, "draft head rows: 0 = the full LM head, N = the N most frequent tokens "
-               "of the head's training data, -1 = what the head was trained with, at most 4096 (faster than 8192 at depths 3 and 5, at a CR 0.02 lower)", min=-1),
+               f"of the head's training data, -1 = what the head was trained with, at most {DEFAULT_DRAFT_VOCAB} "
+               "(faster than 8192 at depths 3 and 5, at a CR 0.02 lower)", min=-1),
 ]
 
 

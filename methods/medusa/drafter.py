@@ -47,14 +47,16 @@ from .checkpoint import _find_checkpoint, has_checkpoint, heads_dir_for, load_he
 from .heads import MedusaHeads, random_heads
 from .trees import TREES, paths, structure
 
-# the shipped heads on a 2-core EPYC, sized tree (results/smollm2-cpu-epyc-defaults): 4096 rows 1.196x and 8192 rows
-# 1.179x at CR 1.42-1.43 (stage 2, a tie within its intervals); the full head 0.959x at CR 1.40 (stage 1): it reads 57 MB a round
+# the shipped heads on a 2-core EPYC, sized tree (results/smollm2-cpu-epyc-defaults): 4096 rows 1.196x and
+# 8192 rows 1.179x at CR 1.42-1.43 (stage 2, a tie within its intervals); the full head 0.959x at CR 1.40
+# (stage 1): it reads 57 MB a round
 DEFAULT_DRAFT_VOCAB = 4096
 OPTIONS = [
     OptionSpec("heads", "int", 4, "Medusa heads used (head k drafts the k-th token after the current one)", min=1),
     OptionSpec("tree", "str", "sized", "'sized' (the first tree_size paths of the authors' tree: 1.21x against "
-               "the chain's 1.08x over the same 4096 rows, results/smollm2-cpu-epyc-n10-v4), 'chain' (one sequence: each head's top "
-               "token, as the Kangaroo paper compares) or 'mc_sim_7b_63' (the authors' 63-node tree)",
+               "the chain's 1.08x over the same 4096 rows, results/smollm2-cpu-epyc-n10-v4), 'chain' (one "
+               "sequence: each head's top token, as the Kangaroo paper compares) or 'mc_sim_7b_63' (the authors' "
+               "63-node tree)",
                choices=TREES),
     OptionSpec("lm_head", "str", "shared", "which heads an empty heads_path means: 'shared' (residual blocks on "
                "the target's head: the shipped ones, else those 'train medusa -o lm_head=shared' cached) or "
