@@ -81,10 +81,22 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
+def known_question_files() -> list[Path]:
+    """Every question file on this machine that needs no download: the built-in sample,
+    $SPECHARNESS_SPECBENCH and Spec-Bench's cached copy (what a retrieval corpus is checked against)."""
+    env = os.environ.get("SPECHARNESS_SPECBENCH")
+    candidates = [SAMPLE_FILE, Path(env) if env else None, _cached_spec_bench()]
+    return [p for p in candidates if p is not None and p.is_file()]
+
+
+def _cached_spec_bench() -> Path:
+    return cache_root() / "specbench" / f"question-{SPEC_BENCH_SHA256[:16]}.jsonl"
+
+
 def spec_bench_file(url: str | None = None) -> Path:
     """Spec-Bench's question.jsonl at the pinned commit: from the cache, else downloaded over HTTPS
     (``$SPECHARNESS_SPECBENCH_URL`` points at a mirror), checked against its sha256 and cached."""
-    cached = cache_root() / "specbench" / f"question-{SPEC_BENCH_SHA256[:16]}.jsonl"
+    cached = _cached_spec_bench()
     if cached.is_file() and sha256_of(cached) == SPEC_BENCH_SHA256:
         return cached
     url = url or os.environ.get("SPECHARNESS_SPECBENCH_URL") or SPEC_BENCH_URL

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from specharness import selfdistill as sd
+from specharness.api import Proposal
 from specharness.distributions import chi_square, exact_sequence_distribution, marginal
 from specharness.engine import generate
 from specharness.errors import UsageError
@@ -154,3 +155,55 @@ def test_trainer_learns_saves_and_loads(tiny, tmp_path):
     assert generate(tiny, d, greedy, [1, 2, 3], 16).token_ids == ref
     with pytest.raises(UsageError, match="already holds"):
         et.run(tiny, opts, tmp_path / "head", False)
+
+
+def test_rounds_another_drafter_proposed_are_caught_up(tiny):
+    """A composite drafter (sam with fallback=eagle) asks EAGLE for drafts only on some rounds, yet
+    commits every round to it: the head then runs over every token it missed (a backlog longer than
+    a round's, as a prefill) and drafts what a head that ran every round drafts."""
+    torch.set_num_threads(1)
+
+    class AtOnce(eg.EagleDrafter):  # never a backlog: the head's pass after every commit
+        def commit(self, state, verified):
+            super().commit(state, verified)
+            self._catch_up()
+
+    class EveryFifth:  # proposes through EAGLE on rounds 0, 5, 10, ...; nothing in between
+        exit_layer = 0
+
+        def __init__(self, inner):
+            self.inner, self.max_width, self.n, self.asked = inner, inner.max_width, 0, []
+
+        def begin(self, state, h):
+            self.inner.begin(state, h)
+
+        def propose(self, state):
+            self.n += 1
+            if (self.n - 1) % 5:
+                return Proposal()
+            p = self.inner.propose(state)
+            self.asked.append((p.tokens, p.parents))
+            return p
+
+        def commit(self, state, verified):
+            self.inner.commit(state, verified)
+
+    shape = dict(depth=2, top_k=2, total_tokens=3)
+    backlog, at_once = EveryFifth(eg.build(tiny, options(**shape))), EveryFifth(eg.build(tiny, options(**shape)))
+    at_once.inner.__class__ = AtOnce
+    widths, forward = [], tiny.forward  # the head's calls: rows, and whether a prefill (the dynamic-width graph)
+
+    def counted(x, *args, **kw):
+        if kw.get("stack") == backlog.inner.stack:
+            widths.append((x.shape[0], kw.get("prefill", False)))
+        return forward(x, *args, **kw)
+
+    tiny.forward = counted
+    try:
+        runs = [generate(tiny, d, greedy, [1, 2, 3], 24) for d in (backlog, at_once)]
+    finally:
+        del tiny.forward
+    # a backlog never asks the head for a static width past its declared widest call (none compiled for it)
+    assert all(prefill or n <= max(shape["top_k"], shape["depth"] + 1) for n, prefill in widths)
+    assert runs[0].token_ids == runs[1].token_ids == generate(tiny, NoDraft(), greedy, [1, 2, 3], 24).token_ids
+    assert len(backlog.asked) >= 3 and backlog.asked == at_once.asked

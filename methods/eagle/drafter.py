@@ -79,13 +79,13 @@ class EagleDrafter:
         x = torch.cat([t.embed(torch.tensor(tokens, device=t.device)), feats], dim=-1)
         return t.forward(x, self.cache, start, stack=self.stack, head=head, **layout)
 
-    def _advance(self, tokens: list[int], feats: torch.Tensor, start: int, prompt: bool = False) -> None:
+    def _advance(self, tokens: list[int], feats: torch.Tensor, start: int, prefill: bool = False) -> None:
         """Run the head over (x_{t+1}, f_t) for t = start .. start + n - 1 (a chain), keep its cache,
-        and read off the next draft distribution. A ``prompt``'s rows but the last run as one prefill
-        without the LM head (only their keys and values are kept)."""
+        and read off the next draft distribution. With ``prefill`` (a prompt, a backlog), the rows but the
+        last run as one prefill without the LM head (only their keys and values are kept)."""
         self.cache.crop(start)
         n = len(tokens)
-        if prompt and n > 1:
+        if prefill and n > 1:
             self._run(tokens[:-1], feats[:-1], start, head=False, prefill=True)
             tokens, feats, start = tokens[-1:], feats[-1:], start + n - 1
         out = self._run(tokens, feats, start)
@@ -96,19 +96,23 @@ class EagleDrafter:
         self.cache = self.t.new_cache(state.cache.max_len + self.depth * self.top_k, n_layers=1)
         self.verified = None
         feats = self.t.norm(state.prompt_hidden)  # f_t, t = 0 .. P-1
-        self._advance(state.ids[1:state.prompt_len + 1], feats, 0, prompt=True)
+        self._advance(state.ids[1:state.prompt_len + 1], feats, 0, prefill=True)
 
     def commit(self, state: DecodeState, verified: Verified) -> None:
         p = verified.start
         tokens = state.ids[p + 1:p + verified.accepted + 2]  # the kept drafts and the target's own token
-        self.verified = (tokens, verified.hidden[:len(tokens)], p)
+        hidden = verified.hidden[:len(tokens)]  # the engine's gathered copy: it outlives the next forward
+        if self.verified is not None:  # rounds another drafter proposed (sam's fallback): the head runs them all
+            tokens, hidden, p = self.verified[0] + tokens, torch.cat([self.verified[1], hidden]), self.verified[2]
+        self.verified = (tokens, hidden, p)
 
     def _catch_up(self) -> None:
-        """The head over the last committed tokens with the target's features (``commit``'s)."""
+        """The head over the committed tokens it has not run yet, with the target's features (``commit``'s).
+        More rows than a round's catch-up (a backlog) run as a prefill: a graph compiled in warm-up."""
         if self.verified is not None:
             tokens, hidden, p = self.verified
             self.verified = None
-            self._advance(tokens, self.t.norm(hidden), p)
+            self._advance(tokens, self.t.norm(hidden), p, prefill=len(tokens) > self.depth + 1)
 
     # ---- a round's tree ----------------------------------------------------------------------------
     # Candidates are Python lists indexed by creation order (depth 1's top_k, then each depth's top_k
@@ -179,3 +183,8 @@ def build(target: TargetModel, options: dict) -> EagleDrafter:
     stack = stack_name("eagle", path, None if rows is None else rows.numel())
     return EagleDrafter(target, head, rows, options["mode"], options["depth"], options["top_k"], options["total_tokens"],
                         stack)
+
+
+def extra_params(target: TargetModel, options: dict) -> int:
+    """The head's parameters (its draft rows of the LM head included)."""
+    return load_head(resolve_head_path(target, options["head"]), target, options["draft_vocab"])[0].n_parameters

@@ -8,11 +8,7 @@ from specharness.training import checkpoint_summary
 
 from . import train
 from .checkpoint import UNTRAINED, load_head, resolve_head_path
-from .drafter import OPTIONS, build
-
-
-def _params(target, options: dict) -> int:
-    return load_head(resolve_head_path(target, options["head"]), target, options["draft_vocab"])[0].n_parameters
+from .drafter import OPTIONS, build, extra_params
 
 
 def _info(target, options: dict) -> dict:
@@ -27,7 +23,7 @@ def _info(target, options: dict) -> dict:
 
 @hookimpl
 def specharness_drafters() -> list[DrafterSpec]:
-    return [DrafterSpec("eagle", build, OPTIONS, sizable=True, params=_params,
+    return [DrafterSpec("eagle", build, OPTIONS, sizable=True, params=extra_params,
                         info=_info,
                         tiny_options={"head": "untrained", "draft_vocab": 0},
                         help="EAGLE-2: a one-layer head over [token ; target feature] drafts a dynamic tree "
