@@ -32,9 +32,9 @@ if [ "${STAGE:-all}" != specbench ]; then
     stage defaults "$METHODS" --bench sample --max-new-tokens 96
 fi
 if [ "${STAGE:-all}" != defaults ]; then
-    MIN=${MIN_MATCH:-2}  # stage 1's choice (README)
-    METHODS=vanilla,pld,recycling,sam:k=7:fallback=recycling:min_match=$MIN
-    METHODS+=,sam:k=7:fallback=none:min_match=$MIN,sam:k=7:fallback=eagle:min_match=$MIN
+    # each fallback at stage 1's best min_match (README): none 1, recycling 2 (the default), eagle 2
+    METHODS=vanilla,pld,recycling,sam:k=7:fallback=recycling:min_match=2
+    METHODS+=,sam:k=7:fallback=none:min_match=1,sam:k=7:fallback=eagle:min_match=2
     mkdir -p "$OUT/specbench"
     stage specbench "$METHODS" --bench-file "$BENCH" --limit "${LIMIT:-10}" --max-new-tokens 128
 fi
