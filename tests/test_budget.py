@@ -131,7 +131,7 @@ def tiny():
 
 SIZABLE = [("pld", ["min_ngram=1"]), ("recycling", []), ("eagle", []), ("eagle", ["mode=chain"]), ("kangaroo", ["eta=0"]),
            ("early_exit", ["exit_layer=1", "draft_vocab=0"]), ("self-spec", []), ("medusa", []),
-           ("medusa", ["tree=chain"])]
+           ("medusa", ["tree=chain"]), ("sam", []), ("sam", ["fallback=eagle", "fallback_options=head=untrained+draft_vocab=0"])]
 
 
 @pytest.mark.parametrize("name, options", SIZABLE, ids=[" ".join([n, *o]) for n, o in SIZABLE])

@@ -146,8 +146,8 @@ def test_trainer_learns_saves_and_loads(tiny, tmp_path):
     assert saved["epochs"] == 3
     head, rows = load_head(tmp_path / "head", tiny)
     assert rows is not None and rows.numel() == 8
-    from specharness.methods.eagle.plugin import _info  # result headers quote what the head was trained on
-    trained = _info(tiny, resolve_options("eagle", eg.OPTIONS, {"head": str(tmp_path / "head")}))["training"]
+    # result headers quote what the head was trained on
+    trained = eg.head_info(tiny, resolve_options("eagle", eg.OPTIONS, {"head": str(tmp_path / "head")}))["training"]
     assert trained["train_conversations"] == 18 and trained["top1"] == ho["top1_depth1"]
     assert 0 <= trained["top1_own_prefix"] <= 1
     d = eg.build(tiny, resolve_options("eagle", eg.OPTIONS, {"head": str(tmp_path / "head")}))
@@ -157,11 +157,15 @@ def test_trainer_learns_saves_and_loads(tiny, tmp_path):
         et.run(tiny, opts, tmp_path / "head", False)
 
 
-def test_rounds_another_drafter_proposed_are_caught_up(tiny):
+@pytest.mark.parametrize("narrowest", [1, 8])
+def test_rounds_another_drafter_proposed_are_caught_up(tiny, monkeypatch, narrowest):
     """A composite drafter (sam with fallback=eagle) asks EAGLE for drafts only on some rounds, yet
-    commits every round to it: the head then runs over every token it missed (a backlog longer than
-    a round's, as a prefill) and drafts what a head that ran every round drafts."""
+    commits every round to it: the head then runs over every token it missed and drafts what a head
+    that ran every round drafts. The backlog runs as a prefill (the dynamic-width graph) where that is
+    wider than the narrowest static graph, else in calls no wider than the head's widest: never at a
+    width no warm-up compiled."""
     torch.set_num_threads(1)
+    monkeypatch.setattr(tiny.backend, "narrowest", narrowest)
 
     class AtOnce(eg.EagleDrafter):  # never a backlog: the head's pass after every commit
         def commit(self, state, verified):
@@ -191,19 +195,20 @@ def test_rounds_another_drafter_proposed_are_caught_up(tiny):
     shape = dict(depth=2, top_k=2, total_tokens=3)
     backlog, at_once = EveryFifth(eg.build(tiny, options(**shape))), EveryFifth(eg.build(tiny, options(**shape)))
     at_once.inner.__class__ = AtOnce
-    widths, forward = [], tiny.forward  # the head's calls: rows, and whether a prefill (the dynamic-width graph)
+    calls, forward = [], tiny.forward  # the head's calls: rows, and whether a prefill
 
     def counted(x, *args, **kw):
         if kw.get("stack") == backlog.inner.stack:
-            widths.append((x.shape[0], kw.get("prefill", False)))
+            calls.append((x.shape[0], kw.get("prefill", False)))
         return forward(x, *args, **kw)
 
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]  # its prefill is wider than either narrowest
     tiny.forward = counted
     try:
-        runs = [generate(tiny, d, greedy, [1, 2, 3], 24) for d in (backlog, at_once)]
+        runs = [generate(tiny, d, greedy, prompt, 24) for d in (backlog, at_once)]
     finally:
         del tiny.forward
-    # a backlog never asks the head for a static width past its declared widest call (none compiled for it)
-    assert all(prefill or n <= max(shape["top_k"], shape["depth"] + 1) for n, prefill in widths)
-    assert runs[0].token_ids == runs[1].token_ids == generate(tiny, NoDraft(), greedy, [1, 2, 3], 24).token_ids
+    assert runs[0].token_ids == runs[1].token_ids == generate(tiny, NoDraft(), greedy, prompt, 24).token_ids
     assert len(backlog.asked) >= 3 and backlog.asked == at_once.asked
+    widest = max(shape["top_k"], shape["depth"] + 1)
+    assert all(n > narrowest if prefill else n <= widest for n, prefill in calls), calls

@@ -18,72 +18,69 @@ from specharness.runner import build_method
 from specharness.verify import greedy
 
 
-def longest_earlier_suffix(text: list[int], i: int) -> int:
-    """Brute force: the longest suffix of text[:i + 1] that also ends at some position < i."""
-    best = 0
+def brute_earlier(text: list[int]) -> tuple[int, int]:
+    """The longest suffix of ``text`` that also ends before its last token, and the latest such end."""
+    i, best = len(text) - 1, (0, -1)
     for n in range(1, i + 1):
-        suffix = text[i + 1 - n:i + 1]
-        if any(text[e + 1 - n:e + 1] == suffix for e in range(n - 1, i)):
-            best = n
-        else:
+        suffix = text[i + 1 - n:]
+        ends = [e for e in range(n - 1, i) if text[e + 1 - n:e + 1] == suffix]
+        if not ends:
             break  # a longer suffix cannot occur where a shorter one does not
+        best = (n, ends[-1])
     return best
 
 
 @pytest.mark.parametrize("alphabet, seed", [(2, 0), (3, 1), (5, 2), (40, 3)])
-def test_the_matcher_finds_the_longest_earlier_occurrence(alphabet, seed):
-    """Fed each token before the automaton is extended with it, the matcher holds the longest
-    suffix that occurred before, and its position is an occurrence of it with a continuation."""
+def test_the_longest_earlier_match_and_its_latest_occurrence(alphabet, seed):
+    """After every token: the longest suffix that occurred before, from its most recent occurrence
+    (clones made by later splits included), checked against brute force."""
     rng = random.Random(seed)
     text = [rng.randrange(alphabet) for _ in range(300)]
     a = SuffixAutomaton()
-    m = Matcher(a)
     for i, tok in enumerate(text):
-        if i:
-            m.remember(i - 1)
-        m.step(tok)
         a.extend(tok)
-        m.settle()
-        assert m.length == longest_earlier_suffix(text, i), i
-        if m.length:
-            p = m.position
-            assert p < i and text[p + 1 - m.length:p + 1] == text[i + 1 - m.length:i + 1], i
+        assert tuple(a.earlier()) == brute_earlier(text[:i + 1]), i
     assert len(a.length) <= 2 * len(text)  # a suffix automaton has at most 2n - 1 states
 
 
 def test_the_matcher_against_another_text():
     corpus = [5, 1, 2, 3, 4, 9, 1, 2, 7]
     m = Matcher(SuffixAutomaton(corpus))
-    for tok, length, follows in [(1, 1, [2, 3]), (2, 2, [3, 4]), (3, 3, [4, 9]), (8, 0, []), (2, 1, [3, 4])]:
+    for tok, length, end in [(1, 1, 6), (2, 2, 7), (3, 3, 3), (8, 0, -1), (2, 1, 7)]:
         m.step(tok)
-        assert (m.length, m.continuation(2)) == (length, follows)
+        assert tuple(m.match) == (length, end)
+
+
+def _proposal(ids: list[int], **kw) -> tuple[list[int], SamDrafter]:
+    d = SamDrafter(**kw)
+    state = DecodeState(None, None, list(ids), len(ids), 64, 0.0, torch.Generator())
+    d.begin(state, None)
+    return d.propose(state).tokens, d
 
 
 def test_the_most_recent_occurrence_is_drafted():
-    """As pld does: 'a b' was followed by X, then by Y; after 'a b' again, Y is drafted."""
-    a, b, x, y, z = 1, 2, 3, 4, 5
-    d = SamDrafter(k=3, min_match=2)
-    state = DecodeState(None, None, [a, b, x, a, b, y, z, a, b], 9, 32, 0.0, torch.Generator())
-    d.begin(state, None)
-    assert d.propose(state).tokens == [y, z, a]
+    """As pld does: 'a b' was followed by x, then by y; after 'a b' again, y is drafted, also when
+    the state holding 'a b' was split on the way (the reviewer's case: c a b x c a b y d a b)."""
+    a, b, c, d, x, y = 1, 2, 3, 4, 5, 6
+    assert _proposal([a, b, x, a, b, y, c, a, b], k=3, min_match=2)[0] == [y, c, a]
+    assert _proposal([c, a, b, x, c, a, b, y, d, a, b], k=3, min_match=2)[0] == [y, d, a]
 
 
 def test_a_repetition_continues_with_its_own_drafts():
-    d = SamDrafter(k=7, min_match=2)
-    state = DecodeState(None, None, [9, 1, 2, 3, 1, 2, 3, 1, 2], 9, 64, 0.0, torch.Generator())
-    d.begin(state, None)
-    assert d.propose(state).tokens == [3, 1, 2, 3, 1, 2, 3]
+    assert _proposal([9, 1, 2, 3, 1, 2, 3, 1, 2], k=7, min_match=2)[0] == [3, 1, 2, 3, 1, 2, 3]
 
 
 def test_a_corpus_match_drafts_when_it_is_longer():
     corpus = SuffixAutomaton([7, 7, 1, 2, 3, 4, 5, 6])
-    d = SamDrafter(k=3, min_match=2, corpus=corpus)
-    state = DecodeState(None, None, [9, 2, 8, 1, 2, 3], 6, 64, 0.0, torch.Generator())
-    d.begin(state, None)
-    assert d.propose(state).tokens == [4, 5, 6] and d.stats["corpus"] == 1
-    short = SamDrafter(k=3, min_match=4, corpus=corpus)  # a 3-token match is below min_match: nobody drafts
-    short.begin(state, None)
-    assert short.propose(state).tokens == [] and short.stats["none"] == 1
+    drafts, d = _proposal([9, 2, 8, 1, 2, 3], k=3, min_match=2, corpus=corpus)
+    assert drafts == [4, 5, 6] and d.stats["corpus"] == 1
+    drafts, d = _proposal([9, 2, 8, 1, 2, 3], k=3, min_match=4, corpus=corpus)  # a 3-token match is too short
+    assert drafts == [] and d.stats["none"] == 1
+    drafts, d = _proposal([4, 5, 9, 4, 5], k=2, min_match=2, corpus=corpus)  # a tie: the text's own
+    assert drafts == [9, 4] and d.stats["text"] == 1
+    # the corpus's longer match ends the corpus (nothing follows it): the text's own match drafts
+    drafts, d = _proposal([9, 1, 2, 3, 7, 0, 1, 2, 3], k=3, min_match=2, corpus=SuffixAutomaton([0, 1, 2, 3]))
+    assert drafts == [7, 0, 1] and d.stats["text"] == 1
 
 
 @pytest.fixture(scope="module")
@@ -98,10 +95,9 @@ def _drafter(registry, target, opts):
 
 @pytest.mark.parametrize("opts", ["", "fallback=none:min_match=1", "fallback=eagle:min_match=3"])
 def test_greedy_identical_to_vanilla_on_every_subtask(smol, vanilla_greedy, first_questions, registry, opts):
-    stats = {}
+    stats, d = {}, _drafter(registry, smol, opts)
     for q in first_questions:
         prompt = smol.chat_ids([{"role": "user", "content": q.turns[0]}])
-        d = _drafter(registry, smol, opts)
         g = generate(smol, d, greedy, prompt, 40)
         assert g.token_ids == vanilla_greedy(prompt, 40), f"sam {opts} differs from vanilla on {q.subtask}"
         for key, n in d.stats.items():
@@ -114,6 +110,7 @@ def test_greedy_identical_to_vanilla_on_every_subtask(smol, vanilla_greedy, firs
 @pytest.mark.parametrize("opts, needle", [
     ("fallback=medusa", "one of none, recycling, eagle"), ("min_match=0", "outside"), ("k=0", "outside"),
     ("fallback_options=depth", "is not KEY=VALUE"), ("fallback=none:fallback_options=top_k=2", "drop one"),
+    ("fallback=eagle:fallback_options=depth=0+top_k=2", "outside"),
     ("fallback_options=nodes=0", "outside"), ("fallback_options=depth=2", "has no option 'depth'"),
     ("corpus=/no/such/file.txt", "no such file"),
 ])

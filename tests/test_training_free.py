@@ -50,7 +50,7 @@ def test_greedy_identical_to_vanilla_on_every_subtask(smol, vanilla_greedy, firs
 @pytest.mark.parametrize("name, opts", [("pld", "branches=2:k=3"), ("recycling", "nodes=7:top_k=3"),
                                         ("lookahead", "window=2:ngram=3:guesses=2"), ("self-spec", "skip=m1:eta=0"),
                                         ("sam", "fallback=none:min_match=1:k=3"),
-                                        ("sam", "min_match=2:k=3:fallback_options=nodes=7,top_k=3")])
+                                        ("sam", "min_match=2:k=3:fallback_options=nodes=7+top_k=3")])
 def test_sampling_keeps_the_target_distribution(registry, name, opts):
     """A repetitive prompt on a tiny model, so lookups and recycled successors exist and get
     accepted and rejected; tokens 3-4 of 5 must follow the target's exact joint."""

@@ -31,8 +31,9 @@ from specharness import draft_vocab
 from specharness.api import DecodeState, Proposal, Verified
 from specharness.options import OptionSpec
 from specharness.model import TargetModel, stack_name
+from specharness.training import checkpoint_summary
 
-from .checkpoint import DEFAULT_DRAFT_VOCAB, load_head, resolve_head_path
+from .checkpoint import DEFAULT_DRAFT_VOCAB, UNTRAINED, load_head, resolve_head_path
 from .head import EagleHead
 
 OPTIONS = [
@@ -64,13 +65,16 @@ class EagleDrafter:
         self.max_width = self.total + 1
         # the head -> its norm -> the LM head rows as a stack of the target's, run through its backend; its
         # widest call: a frontier of top_k nodes, or a catch-up over depth accepted drafts + the target's token
-        self.stack = head.add_to(target, stack or stack_name("eagle", None), self.subset, max(top_k, depth + 1))
+        self.widest = max(top_k, depth + 1)
+        self.stack = head.add_to(target, stack or stack_name("eagle", None), self.subset, self.widest)
         # one head pass (a depth of the tree, or a chain's draft): its layer, projection, norm and head rows
         self.draft_bytes = target.backend.stacks[self.stack].read_bytes()
         self.cache = None
         self.root_logp: torch.Tensor | None = None  # draft log-probs of the token after the current one
         self.root_feat: torch.Tensor | None = None  # the head's predicted feature at the current position
-        self.verified: tuple[list[int], torch.Tensor, int] | None = None  # committed, not yet run through the head
+        # committed, not yet run through the head: tokens, the target's final hidden states (a list of
+        # rounds' rows when another drafter proposed meanwhile: sam's fallback), the first position
+        self.verified: tuple[list[int], list[torch.Tensor], int] | None = None
 
     # ---- the head over committed tokens -------------------------------------------------------------
     def _run(self, tokens: list[int], feats: torch.Tensor, start: int, head: bool = True, **layout):
@@ -102,17 +106,27 @@ class EagleDrafter:
         p = verified.start
         tokens = state.ids[p + 1:p + verified.accepted + 2]  # the kept drafts and the target's own token
         hidden = verified.hidden[:len(tokens)]  # the engine's gathered copy: it outlives the next forward
-        if self.verified is not None:  # rounds another drafter proposed (sam's fallback): the head runs them all
-            tokens, hidden, p = self.verified[0] + tokens, torch.cat([self.verified[1], hidden]), self.verified[2]
-        self.verified = (tokens, hidden, p)
+        if self.verified is None:
+            self.verified = (tokens, [hidden], p)
+        else:  # a round another drafter proposed (sam's fallback): the head runs them all at the next propose
+            self.verified[0].extend(tokens)
+            self.verified[1].append(hidden)
 
     def _catch_up(self) -> None:
         """The head over the committed tokens it has not run yet, with the target's features (``commit``'s).
-        More rows than a round's catch-up (a backlog) run as a prefill: a graph compiled in warm-up."""
-        if self.verified is not None:
-            tokens, hidden, p = self.verified
-            self.verified = None
-            self._advance(tokens, self.t.norm(hidden), p, prefill=len(tokens) > self.depth + 1)
+        A backlog wider than the head's widest call runs its rows but the last as a prefill (the prompt's
+        dynamic-width graph, built in warm-up); where that prefill would be narrow enough for a static
+        graph that no warm-up builds, in calls of the widest width instead."""
+        if self.verified is None:
+            return
+        tokens, hidden, p = self.verified
+        self.verified = None
+        feats, n, w = self.t.norm(torch.cat(hidden) if len(hidden) > 1 else hidden[0]), len(tokens), self.widest
+        if n <= w or n - 1 > self.t.backend.narrowest:
+            self._advance(tokens, feats, p, prefill=n > w)
+        else:
+            for s in range(0, n, w):
+                self._advance(tokens[s:s + w], feats[s:s + w], p + s)
 
     # ---- a round's tree ----------------------------------------------------------------------------
     # Candidates are Python lists indexed by creation order (depth 1's top_k, then each depth's top_k
@@ -121,7 +135,7 @@ class EagleDrafter:
     # operation costs well under a microsecond and a tensor op 2-10 us, so a depth's bookkeeping is a
     # fixed handful of tensor ops (mask, positions, features, the head's log-softmax and top-k).
     def propose(self, state: DecodeState) -> Proposal:
-        self._catch_up()  # before any early return: a later commit would otherwise replace what it holds
+        self._catch_up()  # before any early return: the head must stay level with the text
         depth, total = min(self.depth, state.max_draft), min(self.total, state.budget)
         if depth <= 0:
             return Proposal()
@@ -188,3 +202,13 @@ def build(target: TargetModel, options: dict) -> EagleDrafter:
 def extra_params(target: TargetModel, options: dict) -> int:
     """The head's parameters (its draft rows of the LM head included)."""
     return load_head(resolve_head_path(target, options["head"]), target, options["draft_vocab"])[0].n_parameters
+
+
+def head_info(target: TargetModel, options: dict) -> dict:
+    """Tree or chain, which head, its draft rows (what ``draft_vocab=-1`` meant here), and (from its
+    report.json) what that head was trained on."""
+    path = resolve_head_path(target, options["head"])
+    trained = checkpoint_summary(path) if path != UNTRAINED else {}
+    rows = load_head(path, target, options["draft_vocab"])[1]
+    return {"tree": options["mode"], "head": options["head"] or "shipped", **draft_vocab.describe(target, rows),
+            **({"training": trained} if trained else {})}

@@ -2,9 +2,10 @@
 
 Each round drafts what followed the longest suffix of the text so far (prompt + answer) that
 occurred before in it, or in a static corpus (``-o corpus=FILE``), whichever match is longer (the
-text's own on a tie). The automaton over the text is extended with every committed token, and the
-matcher follows it in amortised O(1) a token (``automaton.py``); a draft is a list slice. When the
-longest match is shorter than ``min_match`` tokens, another drafter proposes instead
+text's own on a tie), from its most recent earlier occurrence, as pld does. The automaton over the
+text is extended with every committed token (``automaton.py``: a few dictionary operations a token for
+prose); a draft is a list slice. When the longest match is shorter than ``min_match`` tokens, another
+drafter proposes instead
 (``-o fallback=recycling|eagle``; ``none`` proposes nothing then). The fallback's ``commit`` runs
 every round, so its state follows the text whichever drafter proposed.
 
@@ -35,10 +36,11 @@ OPTIONS = [
     OptionSpec("min_match", "int", 2, "shortest suffix match (tokens) drafted from; below it the fallback drafts",
                min=1),
     OptionSpec("fallback", "str", "recycling", "who drafts when the match is short", choices=tuple(FALLBACKS)),
-    OptionSpec("fallback_options", "str", "", "the fallback's options, KEY=VALUE[,KEY=VALUE...] "
-               "(e.g. depth=2 for eagle); its defaults otherwise"),
+    OptionSpec("fallback_options", "str", "", "the fallback's options, KEY=VALUE[+KEY=VALUE...] "
+               "(e.g. depth=2+top_k=4 for eagle); its defaults otherwise"),
     OptionSpec("corpus", "str", "", "a UTF-8 text file also searched (a static automaton built once per run); "
-               "never the benchmark's own questions or answers"),
+               "refused if it quotes a question of the sample, $SPECHARNESS_SPECBENCH or the cached Spec-Bench "
+               "file; keep the benchmark's answers out of it too"),
 ]
 
 
@@ -49,56 +51,55 @@ class SamDrafter:
         self.k, self.min_match, self.fallback, self.corpus = k, min_match, fallback, corpus
         self.max_width = max(k + 1, int(getattr(fallback, "max_width", 1)))
         self.capture_layers = tuple(getattr(fallback, "capture_layers", ()))
-        self.text: SuffixAutomaton | None = None
-        self.own: Matcher | None = None  # the text against itself: earlier occurrences
+        # no draft_bytes: retrieval reads no weights, and a fallback's bytes would be charged to every round
+        self.text: SuffixAutomaton | None = None  # prompt + answer so far
         self.other: Matcher | None = None  # the text against the corpus
-        self.stats: Counter = Counter()  # rounds drafted by retrieval (text, corpus), by the fallback, by nobody
+        self.stats: Counter = Counter()  # this generation's rounds drafted by: text, corpus, fallback, none
 
     def _feed(self, ids: list[int]) -> None:
-        """Extend the automaton and both matchers with the tokens not seen yet."""
-        for i in range(len(self.text), len(ids)):
-            tok = ids[i]
-            if i:
-                self.own.remember(i - 1)  # the last match also ends at i - 1: later visits draft from there
-            self.own.step(tok)  # before the extension: the match is an earlier occurrence
+        """Extend the automaton (and the corpus matcher) with the tokens not seen yet."""
+        for tok in ids[len(self.text):]:
             self.text.extend(tok)
-            self.own.settle()
             if self.other is not None:
                 self.other.step(tok)
 
     def begin(self, state: DecodeState, prefill_hidden) -> None:
         self.text = SuffixAutomaton()
-        self.own = Matcher(self.text)
         self.other = Matcher(self.corpus) if self.corpus is not None else None
+        self.stats = Counter()
         self._feed(state.ids)
         if self.fallback is not None:
             self.fallback.begin(state, prefill_hidden)
 
     def _retrieve(self, budget: int) -> tuple[str, list[int]]:
-        """The longer match's continuation (the text's own on a tie), if it is long enough."""
-        use_corpus = self.other is not None and self.other.length > self.own.length
-        m = self.other if use_corpus else self.own
-        if m.length < self.min_match:
-            return "", []
-        p, text = m.position, m.a.text
-        drafts: list[int] = []
-        for j in range(p + 1, p + 1 + budget):  # past the text's end, the repetition goes on with its own drafts
-            if use_corpus and j >= len(text):
-                break
-            drafts.append(text[j] if j < len(text) else drafts[j - len(text)])
-        return ("corpus" if use_corpus else "text"), drafts
+        """The longer match's continuation (the text's own on a tie, or when the corpus's has none)."""
+        own = ("text", self.text.earlier(), self.text.text)
+        order = [own]
+        if self.other is not None and self.other.match.length > own[1].length:
+            order.insert(0, ("corpus", self.other.match, self.corpus.text))
+        for source, (length, end), text in order:
+            if length < self.min_match:
+                continue
+            drafts: list[int] = []
+            for j in range(end + 1, end + 1 + budget):  # past the text's end, a repetition goes on with its own drafts
+                if j < len(text):
+                    drafts.append(text[j])
+                elif source == "text":
+                    drafts.append(drafts[j - len(text)])
+            if drafts:
+                return source, drafts
+        return "", []
 
     def propose(self, state: DecodeState) -> Proposal:
         budget = min(self.k, state.max_draft)
-        source, drafts = self._retrieve(budget) if budget > 0 else ("", [])
+        if budget <= 0:
+            return Proposal()
+        source, drafts = self._retrieve(budget)
         if drafts:
             self.stats[source] += 1
             return Proposal(drafts)
-        if self.fallback is not None:
-            self.stats["fallback"] += 1
-            return self.fallback.propose(state)
-        self.stats["none"] += 1
-        return Proposal()
+        self.stats["fallback" if self.fallback is not None else "none"] += 1
+        return self.fallback.propose(state) if self.fallback is not None else Proposal()
 
     def commit(self, state: DecodeState, verified: Verified) -> None:
         self._feed(state.ids)
@@ -109,10 +110,10 @@ class SamDrafter:
 # ---- building from options -----------------------------------------------------------------------
 def _fallback_options(name: str, raw: str) -> dict:
     pairs = {}
-    for item in (s.strip() for s in raw.split(",") if s.strip()):
+    for item in (s.strip() for s in raw.split("+") if s.strip()):
         if "=" not in item:
             raise UsageError(f"option sam.fallback_options: '{item}' is not KEY=VALUE; write e.g. "
-                             "fallback_options=depth=2,top_k=4")
+                             "fallback_options=depth=2+top_k=4")
         key, value = item.split("=", 1)
         pairs[key.strip()] = value.strip()
     if pairs and name == "none":
@@ -142,10 +143,11 @@ def extra_params(target, options: dict) -> int:
 def _benchmark_overlap(text: str) -> str | None:
     """The first benchmark question (of the question files on this machine) quoted in ``text``."""
     from specharness.tasks.specbench import known_question_files, load_questions
+    text = " ".join(text.split())  # whitespace reflowed alike on both sides
     for path in known_question_files():
         for q in load_questions(path):
             for turn in q.turns:
-                probe = turn.strip()[:200]
+                probe = " ".join(turn.split())[:200]
                 if len(probe) >= 40 and probe in text:
                     return f"question {q.question_id} ({q.subtask}, {path.name})"
     return None
@@ -158,7 +160,7 @@ def load_corpus(target, path: str) -> SuffixAutomaton:
         raise UsageError(f"option sam.corpus={path}: no such file; give a UTF-8 text file")
     if target.tokenizer is None:
         raise UsageError(f"option sam.corpus={path}: this model has no tokenizer to read a text corpus with")
-    key = ("sam-corpus", str(file.resolve()), file.stat().st_mtime_ns)
+    key = ("sam-corpus", str(file.resolve()), file.stat().st_mtime_ns, file.stat().st_size)
     if key not in target.memo:
         try:
             text = file.read_text(encoding="utf-8")
@@ -179,9 +181,12 @@ def build(target, options: dict) -> SamDrafter:
 
 
 def info(target, options: dict) -> dict:
-    """For headers: the fallback with its options, and the corpus's size."""
-    out = {"fallback": options["fallback"] + (f" ({options['fallback_options']})" if options["fallback_options"]
-                                              else "")}
+    """For headers: the fallback with its options (EAGLE's head as eagle's own header says it), and the
+    corpus's size."""
+    name, raw = options["fallback"], options["fallback_options"]
+    out: dict = {"fallback": name + (f" ({raw})" if raw else "")}
+    if name == "eagle":
+        out["eagle"] = eagle.head_info(target, _resolved(name, raw))
     if options["corpus"]:
         out["corpus"] = f"{options['corpus']} ({len(load_corpus(target, options['corpus']))} tokens)"
     return out
