@@ -30,7 +30,8 @@ class Proposal:
     draft's *parent* node from which its children were drawn in order without replacement (for a
     chain: the distribution draft i was drawn from), or ``q`` is None: drafts chosen
     deterministically. ``hidden`` holds the states entering layer ``layer`` for every node
-    (current token first), so verification runs only layers [layer, L).
+    (current token first), so verification runs only layers [layer, L). ``source`` names which of a
+    composite drafter's parts proposed (sam: "text", "corpus", "fallback"); results keep it per round.
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -38,6 +39,7 @@ class Proposal:
     hidden: torch.Tensor | None = None
     layer: int = 0
     parents: list[int] | None = None
+    source: str = ""
 
 
 @dataclass

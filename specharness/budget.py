@@ -67,7 +67,7 @@ def trim(prop: Proposal, n: int) -> Proposal:
         return prop
     return Proposal(prop.tokens[:n], None if prop.q is None else prop.q[:n],
                     None if prop.hidden is None else prop.hidden[:n + 1], prop.layer,
-                    None if prop.parents is None else prop.parents[:n])
+                    None if prop.parents is None else prop.parents[:n], prop.source)
 
 
 @dataclass(frozen=True)

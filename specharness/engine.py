@@ -120,7 +120,7 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
         kept = min(len(path), len(new))
         rounds.append(Round(k, kept, draft_s, verify_s, accept_s, width=k + 1,
                             rejected_at=kept + 1 if kept == len(path) and tree.children[nodes[-1]] else 0,
-                            budget=state.budget if sizer else 0))
+                            budget=state.budget if sizer else 0, source=prop.source))
         if on_round:
             on_round(rounds[-1])
     out_ids = state.ids[n_prompt:n_prompt + max_new_tokens]

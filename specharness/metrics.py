@@ -115,6 +115,25 @@ def acceptance_rate(records: Records) -> float:
     return sum(a for _, a in rs) / drafted if drafted else float("nan")
 
 
+def by_source(records: Records) -> dict[str, dict[str, float]]:
+    """Per proposer of a composite drafter (``Proposal.source``; "" = a round nothing drafted):
+    its share of the verification rounds, drafts and kept drafts per round, and draft seconds per
+    round. Empty for files whose rounds name no source."""
+    rows: dict[str, list[tuple]] = {}
+    for r in records:
+        for t in r.rounds:
+            if t.source is None:
+                continue
+            times = t.draft_s[1:] if t.draft_s is not None else [float("nan")] * (len(t.drafted) - 1)
+            for src, d, a, s in zip(t.source[1:], t.drafted[1:], t.accepted[1:], times):
+                rows.setdefault(src, []).append((d, a, s))
+    n = sum(len(v) for v in rows.values())
+    return {src: {"rounds": len(v), "share": len(v) / n, "drafted": sum(x[0] for x in v) / len(v),
+                  "accepted": sum(x[1] for x in v) / len(v),
+                  "acceptance": sum(x[1] for x in v) / max(1, sum(x[0] for x in v)),
+                  "draft_s": sum(x[2] for x in v) / len(v)} for src, v in sorted(rows.items())}
+
+
 def time_breakdown(records: Records) -> dict[str, float]:
     """Seconds spent drafting, verifying and accepting, summed over verification rounds, and
     their per-round and per-drafted-token means (nan where a count is zero)."""

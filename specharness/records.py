@@ -32,6 +32,7 @@ class Round:
     # depth d needs a drafted child of the path's node at depth d - 1 (lossless level c counts these)
     rejected_at: int = 0
     budget: int = 0  # the round's draft size under ``budget=auto`` (0: the method's own, unsized)
+    source: str = ""  # which part of a composite drafter proposed (``Proposal.source``; "" for the others)
 
 
 @dataclass
@@ -72,11 +73,12 @@ class TurnRounds:
     accept_s: list[float] | None = None
     width: list[int] | None = None  # forward widths (absent in older files: drafted + 1)
     budget: list[int] | None = None  # each round's draft size under budget=auto (absent: unsized)
+    source: list[str] | None = None  # which part of a composite drafter proposed each round (absent: one part)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "TurnRounds":
         return cls(d["drafted"], d["accepted"], d.get("draft_s"), d.get("verify_s"), d.get("accept_s"), d.get("width"),
-                   d.get("budget"))
+                   d.get("budget"), d.get("source"))
 
     def widths(self) -> list[int]:
         return self.width if self.width is not None else [d + 1 for d in self.drafted]

@@ -115,6 +115,7 @@ def question_record(result: QuestionResult, meta: dict[str, Any]) -> dict[str, A
                 "accept_s": [round(r.accept_s, 7) for r in g.rounds],
                 "width": [r.width for r in g.rounds],
                 **({"budget": [r.budget for r in g.rounds]} if any(r.budget for r in g.rounds) else {}),
+                **({"source": [r.source for r in g.rounds]} if any(r.source for r in g.rounds) else {}),
             } for g in gens],
         }],
         "truncated": result.truncated,

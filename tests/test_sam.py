@@ -3,17 +3,26 @@ with vanilla for every fallback, lossless sampling, and bad options as one-line 
 
 from __future__ import annotations
 
+import json
 import random
+from collections import Counter
 
 import pytest
 import torch
 
-from specharness.api import DecodeState
+from specharness.api import DecodeState, Proposal
 from specharness.engine import generate
 from specharness.errors import UsageError
+from specharness.methods.recycling import TokenRecycling
 from specharness.methods.sam.automaton import Matcher, SuffixAutomaton
 from specharness.methods.sam.drafter import SamDrafter
+from specharness.metrics import by_source
+from specharness.model import TargetModel
 from specharness.plugins import build_registry
+from specharness.records import Generation, QuestionResult
+from specharness.report import tables
+from specharness.report.runs import select_runs
+from specharness.results import FORMAT, meta_path, question_record
 from specharness.runner import build_method
 from specharness.verify import greedy
 
@@ -51,36 +60,36 @@ def test_the_matcher_against_another_text():
         assert tuple(m.match) == (length, end)
 
 
-def _proposal(ids: list[int], **kw) -> tuple[list[int], SamDrafter]:
+def _proposal(ids: list[int], **kw) -> Proposal:
     d = SamDrafter(**kw)
     state = DecodeState(None, None, list(ids), len(ids), 64, 0.0, torch.Generator())
     d.begin(state, None)
-    return d.propose(state).tokens, d
+    return d.propose(state)
 
 
 def test_the_most_recent_occurrence_is_drafted():
     """As pld does: 'a b' was followed by x, then by y; after 'a b' again, y is drafted, also when
     the state holding 'a b' was split on the way (the reviewer's case: c a b x c a b y d a b)."""
     a, b, c, d, x, y = 1, 2, 3, 4, 5, 6
-    assert _proposal([a, b, x, a, b, y, c, a, b], k=3, min_match=2)[0] == [y, c, a]
-    assert _proposal([c, a, b, x, c, a, b, y, d, a, b], k=3, min_match=2)[0] == [y, d, a]
+    assert _proposal([a, b, x, a, b, y, c, a, b], k=3, min_match=2).tokens == [y, c, a]
+    assert _proposal([c, a, b, x, c, a, b, y, d, a, b], k=3, min_match=2).tokens == [y, d, a]
 
 
 def test_a_repetition_continues_with_its_own_drafts():
-    assert _proposal([9, 1, 2, 3, 1, 2, 3, 1, 2], k=7, min_match=2)[0] == [3, 1, 2, 3, 1, 2, 3]
+    assert _proposal([9, 1, 2, 3, 1, 2, 3, 1, 2], k=7, min_match=2).tokens == [3, 1, 2, 3, 1, 2, 3]
 
 
 def test_a_corpus_match_drafts_when_it_is_longer():
     corpus = SuffixAutomaton([7, 7, 1, 2, 3, 4, 5, 6])
-    drafts, d = _proposal([9, 2, 8, 1, 2, 3], k=3, min_match=2, corpus=corpus)
-    assert drafts == [4, 5, 6] and d.stats["corpus"] == 1
-    drafts, d = _proposal([9, 2, 8, 1, 2, 3], k=3, min_match=4, corpus=corpus)  # a 3-token match is too short
-    assert drafts == [] and d.stats["none"] == 1
-    drafts, d = _proposal([4, 5, 9, 4, 5], k=2, min_match=2, corpus=corpus)  # a tie: the text's own
-    assert drafts == [9, 4] and d.stats["text"] == 1
+    p = _proposal([9, 2, 8, 1, 2, 3], k=3, min_match=2, corpus=corpus)
+    assert (p.tokens, p.source) == ([4, 5, 6], "corpus")
+    p = _proposal([9, 2, 8, 1, 2, 3], k=3, min_match=4, corpus=corpus)  # a 3-token match is too short
+    assert (p.tokens, p.source) == ([], "")
+    p = _proposal([4, 5, 9, 4, 5], k=2, min_match=2, corpus=corpus)  # a tie: the text's own
+    assert (p.tokens, p.source) == ([9, 4], "text")
     # the corpus's longer match ends the corpus (nothing follows it): the text's own match drafts
-    drafts, d = _proposal([9, 1, 2, 3, 7, 0, 1, 2, 3], k=3, min_match=2, corpus=SuffixAutomaton([0, 1, 2, 3]))
-    assert drafts == [7, 0, 1] and d.stats["text"] == 1
+    p = _proposal([9, 1, 2, 3, 7, 0, 1, 2, 3], k=3, min_match=2, corpus=SuffixAutomaton([0, 1, 2, 3]))
+    assert (p.tokens, p.source) == ([7, 0, 1], "text")
 
 
 @pytest.fixture(scope="module")
@@ -95,16 +104,16 @@ def _drafter(registry, target, opts):
 
 @pytest.mark.parametrize("opts", ["", "fallback=none:min_match=1", "fallback=eagle:min_match=3"])
 def test_greedy_identical_to_vanilla_on_every_subtask(smol, vanilla_greedy, first_questions, registry, opts):
-    stats, d = {}, _drafter(registry, smol, opts)
+    """Every round says who proposed it (kept in the results): retrieval and, with one, the fallback."""
+    sources, d = Counter(), _drafter(registry, smol, opts)
     for q in first_questions:
         prompt = smol.chat_ids([{"role": "user", "content": q.turns[0]}])
         g = generate(smol, d, greedy, prompt, 40)
         assert g.token_ids == vanilla_greedy(prompt, 40), f"sam {opts} differs from vanilla on {q.subtask}"
-        for key, n in d.stats.items():
-            stats[key] = stats.get(key, 0) + n
-    assert stats.get("text", 0) > 0  # retrieval drafted somewhere
-    if "fallback=none" not in opts:
-        assert stats.get("fallback", 0) > 0  # and so did the fallback
+        sources.update(r.source for r in g.rounds[1:])
+        assert all(bool(r.source) == (r.drafted > 0) for r in g.rounds[1:])
+    assert sources["text"] > 0  # retrieval drafted somewhere
+    assert (sources["fallback"] > 0) == ("fallback=none" not in opts)  # and so did the fallback, if any
 
 
 @pytest.mark.parametrize("opts, needle", [
@@ -130,3 +139,26 @@ def test_a_corpus_that_quotes_the_benchmark_is_refused(smol, registry, tmp_path)
     corpus.write_text("The quick brown fox jumps over the lazy dog. " * 20, encoding="utf-8")
     d = _drafter(registry, smol, f"corpus={corpus}")
     assert len(d.corpus) > 100
+
+
+def test_result_files_keep_who_proposed_each_round(tmp_path):
+    """A round's proposer goes through the result file to the report's sources table."""
+    torch.set_num_threads(1)
+    tiny = TargetModel.tiny("llama", vocab_size=12, n_layers=2, hidden_size=32, seed=3)
+    d = SamDrafter(k=4, min_match=2, fallback=TokenRecycling(tiny, 4, 7, False))
+    g = generate(tiny, d, greedy, [1, 2, 3, 4, 1, 2, 3, 4, 5, 1, 2], 32)
+    res = QuestionResult("q1", "qa", "qa", "sam", turns=["x"], generations=[Generation(g.token_ids, g.rounds, 1.0,
+                                                                                       g.stop)], truncated=[False],
+                         wall_time_repeats=[[1.0]])
+    meta = {"method": "sam", "model": "tiny", "options": {}}
+    path = tmp_path / "sam.jsonl"
+    path.write_text(json.dumps(question_record(res, meta)) + "\n")
+    meta_path(path).write_text(json.dumps({**meta, "format": FORMAT, "dtype": "float32", "device": "cpu",
+                                           "max_new_tokens": 32, "temperature": 0.0}))
+    run, = select_runs([path])
+    parts = by_source(run.records)
+    assert set(parts) <= {"text", "fallback", ""} and parts["text"]["rounds"] > 0
+    assert sum(p["rounds"] for p in parts.values()) == len(g.rounds) - 1
+    assert sum(p["drafted"] * p["rounds"] for p in parts.values()) == sum(r.drafted for r in g.rounds)
+    table, = tables.sources([run])
+    assert {row[1] for row in table.rows} >= {"text"}

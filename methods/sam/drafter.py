@@ -17,7 +17,6 @@ as the fallbacks' are.
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 from specharness.api import DecodeState, Proposal, Verified
@@ -54,7 +53,6 @@ class SamDrafter:
         # no draft_bytes: retrieval reads no weights, and a fallback's bytes would be charged to every round
         self.text: SuffixAutomaton | None = None  # prompt + answer so far
         self.other: Matcher | None = None  # the text against the corpus
-        self.stats: Counter = Counter()  # this generation's rounds drafted by: text, corpus, fallback, none
 
     def _feed(self, ids: list[int]) -> None:
         """Extend the automaton (and the corpus matcher) with the tokens not seen yet."""
@@ -66,7 +64,6 @@ class SamDrafter:
     def begin(self, state: DecodeState, prefill_hidden) -> None:
         self.text = SuffixAutomaton()
         self.other = Matcher(self.corpus) if self.corpus is not None else None
-        self.stats = Counter()
         self._feed(state.ids)
         if self.fallback is not None:
             self.fallback.begin(state, prefill_hidden)
@@ -96,10 +93,12 @@ class SamDrafter:
             return Proposal()
         source, drafts = self._retrieve(budget)
         if drafts:
-            self.stats[source] += 1
-            return Proposal(drafts)
-        self.stats["fallback" if self.fallback is not None else "none"] += 1
-        return self.fallback.propose(state) if self.fallback is not None else Proposal()
+            return Proposal(drafts, source=source)  # kept per round in the results: retrieval's share, its acceptance
+        if self.fallback is None:
+            return Proposal()
+        prop = self.fallback.propose(state)
+        prop.source = "fallback" if prop.tokens else ""
+        return prop
 
     def commit(self, state: DecodeState, verified: Verified) -> None:
         self._feed(state.ids)

@@ -51,7 +51,7 @@ def build_report(paths: list[str | Path], out: str | Path, plugins: list[str] | 
     runs = select_runs(paths)
     writer = Writer(Path(out))
     for build in (tables.table1, lambda rs: looping.looping(rs, loop_rule), tables.detail, tables.identity,
-                  tables.paired_tests, tables.acceptance, tables.cost_model, tables.hardware):
+                  tables.paired_tests, tables.acceptance, tables.sources, tables.cost_model, tables.hardware):
         for section in build(runs):
             writer.add(section)
     if profile:

@@ -217,6 +217,25 @@ def acceptance(runs: list[Run]) -> list[Section]:
     return [Table("acceptance", "Acceptance and cost.", caption, header, rows, data)]
 
 
+def sources(runs: list[Run]) -> list[Section]:
+    """Every file whose rounds name their proposer (a composite drafter such as sam): who drafted how
+    often, and what each kept and cost."""
+    rows, data = [], {}
+    for r in sorted(runs, key=lambda r: (r.short, r.label)):
+        parts = metrics.by_source(r.records)
+        for src, d in parts.items():
+            rows.append([r.label, src or "(nothing drafted)", f"{100 * d['share']:.1f}%", _num(d["drafted"], digits=2),
+                         _num(d["accepted"], digits=2), _num(d["acceptance"]), _num(d["draft_s"], 1e3, 2)])
+        if parts:
+            data[r.label] = parts
+    if not rows:  # no composite drafter here: nothing to say (no note either)
+        return []
+    header = ["File", "Proposer", "Rounds", "Drafts/round", "Kept/round", "Accept. rate", "Draft ms/round"]
+    caption = ("Composite drafters: which part proposed each verification round (sam: its text's own match, the "
+               "corpus's, or the fallback drafter), over all subtasks.")
+    return [Table("sources", "Proposers.", caption, header, rows, data)]
+
+
 def cost_model(runs: list[Run]) -> list[Section]:
     """Every file whose rounds were timed by the engine: the cost model's speedup beside the measured."""
     rows, data = [], {}
