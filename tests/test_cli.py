@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from specharness.cli import main
+from specharness.plugins import build_registry
 from specharness.results import meta_path, read_results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +56,9 @@ def error_line(capsys, argv) -> str:
     (["train", "nope"], "unknown trainer 'nope'"),
     (["profile", "-o", "nope.trials=2"], "does not name its method"),
     (["profile", "-o", "self-spec.trial=2"], "method 'self-spec' has no option 'trial'"),
+    (["profile", "--methods", "vanilla,nope"], "--methods: no method 'nope'"),
+    (["profile", "--variant", "nope:k=1"], "--variant 'nope:k=1': no method 'nope'"),
+    (["profile", "--methods", "pld", "-o", "sam.k=2"], "method 'sam' is not profiled; add it to --methods"),
     (["run", "--threads", "0"], "--threads must be at least 1, got 0"),
     (["run", "--engine", "quick", "--compile", "default"], "--engine quick compiles nothing"),
     (["compare", "--engine", "fast"], "argument --engine: invalid choice: 'fast'"),
@@ -262,3 +266,11 @@ def test_built_in_methods_register_through_entry_points():
             "specharness.methods.medusa.plugin", "specharness.methods.oracle.plugin"} <= modules
     registered = {name for name, _ in build_registry().pm.list_name_plugin()}
     assert {ep.name for ep in entry_points(group=GROUP)} <= registered
+
+
+def test_profile_methods_narrows_what_is_profiled():
+    from specharness.cli.profile import profiled
+    registry = build_registry()
+    assert set(profiled(registry, "", [], [])) == set(registry.methods)
+    got = profiled(registry, "vanilla,sam", ["sam:fallback=none"], ["sam.k=3"])
+    assert got == {"vanilla": ("vanilla", []), "sam": ("sam", ["k=3"]), "sam:fallback=none": ("sam", ["fallback=none"])}

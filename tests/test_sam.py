@@ -83,13 +83,30 @@ def test_a_corpus_match_drafts_when_it_is_longer():
     corpus = SuffixAutomaton([7, 7, 1, 2, 3, 4, 5, 6])
     p = _proposal([9, 2, 8, 1, 2, 3], k=3, min_match=2, corpus=corpus)
     assert (p.tokens, p.source) == ([4, 5, 6], "corpus")
-    p = _proposal([9, 2, 8, 1, 2, 3], k=3, min_match=4, corpus=corpus)  # a 3-token match is too short
+    p = _proposal([9, 2, 8, 1, 2, 3], k=3, min_match=4, corpus=corpus, short_matches=False)  # 3 tokens: too short
     assert (p.tokens, p.source) == ([], "")
     p = _proposal([4, 5, 9, 4, 5], k=2, min_match=2, corpus=corpus)  # a tie: the text's own
     assert (p.tokens, p.source) == ([9, 4], "text")
     # the corpus's longer match ends the corpus (nothing follows it): the text's own match drafts
     p = _proposal([9, 1, 2, 3, 7, 0, 1, 2, 3], k=3, min_match=2, corpus=SuffixAutomaton([0, 1, 2, 3]))
     assert (p.tokens, p.source) == ([7, 0, 1], "text")
+
+
+def test_a_short_match_drafts_when_the_fallback_has_nothing():
+    class Empty:  # a fallback with nothing to say (recycling before the token's row is filled)
+        exit_layer, max_width = 0, 1
+
+        def begin(self, state, h):
+            pass
+
+        def propose(self, state):
+            return Proposal()
+
+    ids = [1, 2, 3, 4, 5, 9, 3]  # '3' matched once, followed by 4 5 9: a 1-token match
+    p = _proposal(ids, k=3, min_match=2, fallback=Empty())
+    assert (p.tokens, p.source) == ([4, 5, 9], "text, short")
+    assert _proposal(ids, k=3, min_match=2, fallback=Empty(), short_matches=False).tokens == []
+    assert _proposal(ids, k=3, min_match=2).source == "text, short"  # no fallback at all
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +131,7 @@ def test_greedy_identical_to_vanilla_on_every_subtask(smol, vanilla_greedy, firs
         assert all(bool(r.source) == (r.drafted > 0) for r in g.rounds[1:])
     assert sources["text"] > 0  # retrieval drafted somewhere
     assert (sources["fallback"] > 0) == ("fallback=none" not in opts)  # and so did the fallback, if any
+    assert set(sources) <= {"text", "text, short", "fallback", ""}
 
 
 @pytest.mark.parametrize("opts, needle", [
@@ -157,7 +175,7 @@ def test_result_files_keep_who_proposed_each_round(tmp_path):
                                            "max_new_tokens": 32, "temperature": 0.0}))
     run, = select_runs([path])
     parts = by_source(run.records)
-    assert set(parts) <= {"text", "fallback", ""} and parts["text"]["rounds"] > 0
+    assert set(parts) <= {"text", "text, short", "fallback", ""} and parts["text"]["rounds"] > 0
     assert sum(p["rounds"] for p in parts.values()) == len(g.rounds) - 1
     assert sum(p["drafted"] * p["rounds"] for p in parts.values()) == sum(r.drafted for r in g.rounds)
     table, = tables.sources([run])

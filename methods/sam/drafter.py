@@ -5,9 +5,10 @@ occurred before in it, or in a static corpus (``-o corpus=FILE``), whichever mat
 text's own on a tie), from its most recent earlier occurrence, as pld does. The automaton over the
 text is extended with every committed token (``automaton.py``: a few dictionary operations a token for
 prose); a draft is a list slice. When the longest match is shorter than ``min_match`` tokens, another
-drafter proposes instead
-(``-o fallback=recycling|eagle``; ``none`` proposes nothing then). The fallback's ``commit`` runs
-every round, so its state follows the text whichever drafter proposed.
+drafter proposes instead (``-o fallback=recycling|eagle|none``); when that drafts nothing either, the
+shorter match does (``short_matches``: the paper leaves such a round empty, but here verifying 8
+positions costs what verifying 1 does). The fallback's ``commit`` runs every round, so its state
+follows the text whichever drafter proposed.
 
 A match whose occurrence runs into the present (the text repeats with a period shorter than the
 draft) continues with its own drafts: ``abcabc`` + ``abc`` drafts ``abcabc...``, as the text would
@@ -35,6 +36,8 @@ OPTIONS = [
     OptionSpec("min_match", "int", 2, "shortest suffix match (tokens) drafted from; below it the fallback drafts",
                min=1),
     OptionSpec("fallback", "str", "recycling", "who drafts when the match is short", choices=tuple(FALLBACKS)),
+    OptionSpec("short_matches", "bool", True, "when the fallback drafts nothing either, draft from a match shorter "
+               "than min_match (false: the round drafts nothing, the paper's rule)"),
     OptionSpec("fallback_options", "str", "", "the fallback's options, KEY=VALUE[+KEY=VALUE...] "
                "(e.g. depth=2+top_k=4 for eagle); its defaults otherwise"),
     OptionSpec("corpus", "str", "", "a UTF-8 text file also searched (a static automaton built once per run); "
@@ -46,8 +49,10 @@ OPTIONS = [
 class SamDrafter:
     exit_layer = 0  # drafts are verified by a full target forward from the embeddings
 
-    def __init__(self, k: int, min_match: int, fallback=None, corpus: SuffixAutomaton | None = None) -> None:
+    def __init__(self, k: int, min_match: int, fallback=None, corpus: SuffixAutomaton | None = None,
+                 short_matches: bool = True) -> None:
         self.k, self.min_match, self.fallback, self.corpus = k, min_match, fallback, corpus
+        self.short_matches = short_matches
         self.max_width = max(k + 1, int(getattr(fallback, "max_width", 1)))
         self.capture_layers = tuple(getattr(fallback, "capture_layers", ()))
         # no draft_bytes: retrieval reads no weights, and a fallback's bytes would be charged to every round
@@ -68,14 +73,15 @@ class SamDrafter:
         if self.fallback is not None:
             self.fallback.begin(state, prefill_hidden)
 
-    def _retrieve(self, budget: int) -> tuple[str, list[int]]:
-        """The longer match's continuation (the text's own on a tie, or when the corpus's has none)."""
+    def _retrieve(self, budget: int, shortest: int) -> tuple[str, list[int]]:
+        """The longer match's continuation (the text's own on a tie, or when the corpus's has none), if
+        that match has at least ``shortest`` tokens."""
         own = ("text", self.text.earlier(), self.text.text)
         order = [own]
         if self.other is not None and self.other.match.length > own[1].length:
             order.insert(0, ("corpus", self.other.match, self.corpus.text))
         for source, (length, end), text in order:
-            if length < self.min_match:
+            if length < shortest:
                 continue
             drafts: list[int] = []
             for j in range(end + 1, end + 1 + budget):  # past the text's end, a repetition goes on with its own drafts
@@ -91,14 +97,19 @@ class SamDrafter:
         budget = min(self.k, state.max_draft)
         if budget <= 0:
             return Proposal()
-        source, drafts = self._retrieve(budget)
+        source, drafts = self._retrieve(budget, self.min_match)
         if drafts:
             return Proposal(drafts, source=source)  # kept per round in the results: retrieval's share, its acceptance
-        if self.fallback is None:
-            return Proposal()
-        prop = self.fallback.propose(state)
-        prop.source = "fallback" if prop.tokens else ""
-        return prop
+        if self.fallback is not None:
+            prop = self.fallback.propose(state)
+            if prop.tokens:
+                prop.source = "fallback"
+                return prop
+        if self.short_matches:  # nobody drafted: a shorter match is still a better guess than nothing
+            source, drafts = self._retrieve(budget, 1)
+            if drafts:
+                return Proposal(drafts, source=f"{source}, short")
+        return Proposal()
 
     def commit(self, state: DecodeState, verified: Verified) -> None:
         self._feed(state.ids)
@@ -176,7 +187,7 @@ def load_corpus(target, path: str) -> SuffixAutomaton:
 def build(target, options: dict) -> SamDrafter:
     fallback = build_fallback(target, options["fallback"], options["fallback_options"])
     corpus = load_corpus(target, options["corpus"]) if options["corpus"] else None
-    return SamDrafter(options["k"], options["min_match"], fallback, corpus)
+    return SamDrafter(options["k"], options["min_match"], fallback, corpus, options["short_matches"])
 
 
 def info(target, options: dict) -> dict:

@@ -34,6 +34,9 @@ def add_parser(sub) -> None:
     p.add_argument("-o", "--option", action="append", default=[], metavar="METHOD.KEY=VALUE",
                    help="a method's option for its costs, repeatable, e.g. -o self-spec.trials=8 "
                         "(default: every method on its defaults)")
+    p.add_argument("--methods", default="", metavar="LIST",
+                   help="profile only these methods (comma-separated; default: every installed one) and the "
+                        "--variant ones")
     p.add_argument("--variant", action="append", default=[], metavar="METHOD:KEY=VALUE...",
                    help="also profile a method on these options, repeatable (e.g. medusa:tree=chain): the cost "
                         "model explains a result file with the variant whose options are the file's")
@@ -41,6 +44,25 @@ def add_parser(sub) -> None:
                    help="measure only the drafters' and transformers peers' costs, into the profile already in --out "
                         "(after training a drafter)")
     p.add_argument("--out", default="results/profile", help="output directory (default: %(default)s)")
+
+
+def profiled(registry, methods: str, variant: list[str], option: list[str]) -> dict[str, tuple[str, list[str]]]:
+    """The methods to profile (``--methods``, default every installed one) and the ``--variant`` ones,
+    label -> (method, KEY=VALUE options), each option checked now, not when its drafter is reached."""
+    names = [m.strip() for m in methods.split(",") if m.strip()] or list(registry.methods)
+    for label in [*names, *variant]:
+        if label.split(":")[0] not in registry.methods:
+            what = f"--variant '{label}'" if label in variant else "--methods"
+            raise UsageError(f"{what}: no method '{label.split(':')[0]}'; installed: {', '.join(sorted(registry.methods))}")
+    profiled_methods = {label.split(":")[0] for label in [*names, *variant]}
+    for item in option:
+        key = item.split("=", 1)[0]
+        if "." in key and key.split(".")[0] in registry.methods and key.split(".")[0] not in profiled_methods:
+            raise UsageError(f"-o {item}: method '{key.split('.')[0]}' is not profiled; add it to --methods")
+    variants = method_variants(names + variant, option)
+    for name, opts in variants.values():
+        resolve_options(name, registry.method(name).options, opts)
+    return variants
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -61,14 +83,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if args.tokens < 4:
         raise UsageError(f"--tokens {args.tokens}: a drafter needs at least 4 tokens to show its rounds")
     registry = build_registry()
-    for label in args.variant:
-        if label.split(":")[0] not in registry.methods:
-            raise UsageError(f"--variant '{label}': no method '{label.split(':')[0]}'; installed: "
-                             f"{', '.join(sorted(registry.methods))}")
-    variants = method_variants(list(registry.methods) + args.variant, args.option)
+    variants = profiled(registry, args.methods, args.variant, args.option)
     log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
-    for name, opts in variants.values():  # a misspelt option is an error here, not a drafter left out later
-        resolve_options(name, registry.method(name).options, opts)
     if args.drafters_only:
         path = Path(args.out) / "profile.json"
         if not path.is_file():
