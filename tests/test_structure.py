@@ -143,10 +143,11 @@ COMMITTED = sorted(p.parent for p in [*ROOT.glob("results/*/report/table1.md"), 
                          ids=[p.parent.relative_to(ROOT / "results").as_posix() for p in COMMITTED])
 def test_committed_results_rebuild_the_same_tables(report_dir, tmp_path):
     from specharness.report import build_report
-    profile = None  # a report built with --profile used the profile its run.sh names
+    profile = None  # a report built with --profile used the profile its run.sh (the run's, or a stage's run's) names
     if (report_dir / "cost_model_profile.md").exists():
-        run_sh = (report_dir.parent / "run.sh").read_text()
-        profile = ROOT / re.search(r"--profile (\S+)", run_sh).group(1)
+        run_sh = next(d / "run.sh" for d in (report_dir.parent, report_dir.parent.parent) if (d / "run.sh").exists())
+        named = re.search(r"--profile (\S+)", run_sh.read_text()).group(1).strip('"')
+        profile = ROOT / named.replace("$OUT", run_sh.parent.relative_to(ROOT).as_posix())  # run.sh's own folder
     build_report([report_dir.parent], tmp_path, profile=profile)
     tables = sorted(p.name for p in report_dir.glob("*.md") if p.name != "report.md") + sorted(
         p.name for p in report_dir.glob("*.tex"))
