@@ -6,13 +6,17 @@ drafted nodes, accepted or not) are refreshed from its logits at that node. Draf
 static tree template from the current token: a node at rank r under a parent with token x takes
 x's r-th successor; nodes whose parent row is still empty are left out. The matrix starts empty for
 each question (``warm=false``, the default) or is kept across questions (``warm=true``: then the
-question order matters, and the header says so). Drafts are deterministic; sampling verifies them
-as point masses (lossless).
+question order matters, and the header says so). Warm, a prompt seen again (a benchmark's warm-up
+and timed repeats of one turn) starts from the matrix it started from the first time, never from
+what generating that same answer taught it. Drafts are deterministic; sampling verifies them as
+point masses (lossless).
 """
 
 from __future__ import annotations
 
 import torch
+
+from collections import OrderedDict
 
 from specharness.api import DecodeState, Proposal, Verified
 from specharness.hookspecs import DrafterSpec, hookimpl
@@ -25,11 +29,14 @@ TEMPLATE = ((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1), (2, 
             (0, 0, 0, 0, 1), (0, 0, 0, 0, 0, 0, 0), (4,), (2, 1), (0, 1, 1), (1, 0, 0, 0), (0, 0, 1, 0),
             (0, 1, 0, 0), (0, 0, 0, 1, 0), (0, 0, 0, 0, 0, 1), (0, 0, 0, 0, 0, 0, 0, 0), (5,))
 
+WARM_PROMPTS = 4  # prompts whose starting matrix is kept (a two-turn question's turns, with room to spare)
+
 OPTIONS = [
     OptionSpec("top_k", "int", 8, "successors kept per token (the matrix's width)", min=1),
     OptionSpec("nodes", "int", 7, "nodes of the static tree drafted per round (the first of its template: "
                "7 + the current token = 8 positions, one compiled width bucket)", min=1, max=len(TEMPLATE)),
-    OptionSpec("warm", "bool", False, "keep the matrix across questions (false: reset for each question)"),
+    OptionSpec("warm", "bool", False, "keep the matrix across questions (false: reset for each question); a prompt "
+               "run again (warm-up, repeats) starts from the matrix its first run started from"),
 ]
 
 
@@ -41,10 +48,21 @@ class TokenRecycling:
         self.paths = sorted((p for p in TEMPLATE[:nodes] if max(p) < self.k), key=len)  # parents first
         self.max_width = len(self.paths) + 1
         self.matrix = torch.full((target.vocab_size, self.k), -1, dtype=torch.long)
+        # warm: the matrix each recent prompt started from (a question's turns, each run again for its repeats)
+        self.starts: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
 
     def begin(self, state: DecodeState, prefill_hidden) -> None:
         if not self.warm:
             self.matrix.fill_(-1)
+            return
+        prompt = tuple(state.ids[:state.prompt_len])
+        if prompt in self.starts:  # a repeat: the state it first started from, not what its own answer taught
+            self.matrix.copy_(self.starts[prompt])
+            self.starts.move_to_end(prompt)
+        else:
+            self.starts[prompt] = self.matrix.clone()
+            if len(self.starts) > WARM_PROMPTS:
+                self.starts.popitem(last=False)
 
     def propose(self, state: DecodeState) -> Proposal:
         depth = state.max_draft

@@ -93,6 +93,20 @@ def test_recycling_matrix_resets_per_question_unless_warm(registry):
     assert int((cold.matrix[:, 0] >= 0).sum()) == 0 and int((warm.matrix[:, 0] >= 0).sum()) >= filled
 
 
+def test_a_warm_matrix_never_learns_a_turn_from_its_own_earlier_runs(registry):
+    """A benchmark runs each turn more than once (warm-up, repeats): warm, each run of a prompt starts
+    from the matrix its first run started from, so a repeat drafts what the first run drafted, and
+    the next question still starts from everything learnt before it."""
+    tiny = TargetModel.tiny("llama", vocab_size=16, n_layers=2, seed=2)
+    warm = _drafter(registry, tiny, "recycling", "warm=true")
+    generate(tiny, warm, greedy, [7, 8, 9, 7], 16)  # an earlier question
+    runs = [[(r.drafted, r.accepted) for r in generate(tiny, warm, greedy, [1, 2, 3], 16).rounds] for _ in range(3)]
+    assert runs[0] == runs[1] == runs[2]
+    learnt = int((warm.matrix[:, 0] >= 0).sum())
+    generate(tiny, warm, greedy, [4, 5], 1)  # the next question: nothing forgotten
+    assert int((warm.matrix[:, 0] >= 0).sum()) == learnt
+
+
 def test_lookahead_pool_fills_from_the_jacobi_branch(registry):
     """After the levels fill, every round adds n-grams of size N keyed by their first token."""
     tiny = TargetModel.tiny("llama", vocab_size=16, n_layers=2, seed=5)
