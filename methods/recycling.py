@@ -14,9 +14,9 @@ point masses (lossless).
 
 from __future__ import annotations
 
-import torch
-
 from collections import OrderedDict
+
+import torch
 
 from specharness.api import DecodeState, Proposal, Verified
 from specharness.hookspecs import DrafterSpec, hookimpl

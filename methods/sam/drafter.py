@@ -118,30 +118,20 @@ class SamDrafter:
 
 
 # ---- building from options -----------------------------------------------------------------------
-def _fallback_options(name: str, raw: str) -> dict:
-    pairs = {}
-    for item in (s.strip() for s in raw.split("+") if s.strip()):
-        if "=" not in item:
-            raise UsageError(f"option sam.fallback_options: '{item}' is not KEY=VALUE; write e.g. "
-                             "fallback_options=depth=2+top_k=4")
-        key, value = item.split("=", 1)
-        pairs[key.strip()] = value.strip()
-    if pairs and name == "none":
-        raise UsageError("option sam.fallback_options is set but sam.fallback=none; drop one of them")
-    return pairs
-
-
 def _resolved(name: str, raw: str) -> dict:
-    module = FALLBACKS[name]
-    return resolve_options(f"sam.fallback={name}", module.OPTIONS, _fallback_options(name, raw))
+    """The fallback's options, KEY=VALUE items joined by '+', checked as its method checks them."""
+    items = [item.strip() for item in raw.split("+") if item.strip()]
+    if FALLBACKS[name] is None:
+        if items:
+            raise UsageError("option sam.fallback_options is set but sam.fallback=none; drop one of them")
+        return {}
+    return resolve_options(f"sam.fallback={name}", FALLBACKS[name].OPTIONS, items)
 
 
 def build_fallback(target, name: str, raw: str = ""):
-    """The fallback drafter, with its own options checked as its method checks them."""
-    if FALLBACKS[name] is None:
-        _fallback_options(name, raw)
-        return None
-    return FALLBACKS[name].build(target, _resolved(name, raw))  # both verify from the embeddings, as sam does
+    """The fallback drafter (None for 'none'); both verify from the embeddings, as sam does."""
+    options = _resolved(name, raw)
+    return FALLBACKS[name].build(target, options) if FALLBACKS[name] is not None else None
 
 
 def extra_params(target, options: dict) -> int:

@@ -50,15 +50,16 @@ def profiled(registry, methods: str, variant: list[str], option: list[str]) -> d
     """The methods to profile (``--methods``, default every installed one) and the ``--variant`` ones,
     label -> (method, KEY=VALUE options), each option checked now, not when its drafter is reached."""
     names = [m.strip() for m in methods.split(",") if m.strip()] or list(registry.methods)
-    for label in [*names, *variant]:
-        if label.split(":")[0] not in registry.methods:
+    chosen = {label: label.split(":")[0] for label in [*names, *variant]}
+    for label, method in chosen.items():
+        if method not in registry.methods:
             what = f"--variant '{label}'" if label in variant else "--methods"
-            raise UsageError(f"{what}: no method '{label.split(':')[0]}'; installed: {', '.join(sorted(registry.methods))}")
-    profiled_methods = {label.split(":")[0] for label in [*names, *variant]}
+            raise UsageError(f"{what}: no method '{method}'; installed: {', '.join(sorted(registry.methods))}")
     for item in option:
         key = item.split("=", 1)[0]
-        if "." in key and key.split(".")[0] in registry.methods and key.split(".")[0] not in profiled_methods:
-            raise UsageError(f"-o {item}: method '{key.split('.')[0]}' is not profiled; add it to --methods")
+        method = key.split(".")[0]
+        if "." in key and method in registry.methods and method not in chosen.values():
+            raise UsageError(f"-o {item}: method '{method}' is not profiled; add it to --methods")
     variants = method_variants(names + variant, option)
     for name, opts in variants.values():
         resolve_options(name, registry.method(name).options, opts)
