@@ -121,6 +121,10 @@ class SamDrafter:
 def _resolved(name: str, raw: str) -> dict:
     """The fallback's options, KEY=VALUE items joined by '+', checked as its method checks them."""
     items = [item.strip() for item in raw.split("+") if item.strip()]
+    bad = next((item for item in items if "=" not in item), None)
+    if bad is not None:  # named here: the shared parser's hint would be about -o
+        raise UsageError(f"option sam.fallback_options: '{bad}' is not KEY=VALUE; join KEY=VALUE items with '+', "
+                         "e.g. fallback_options=depth=2+top_k=4")
     if FALLBACKS[name] is None:
         if items:
             raise UsageError("option sam.fallback_options is set but sam.fallback=none; drop one of them")
