@@ -72,6 +72,7 @@ class DecodeState:
     generator: torch.Generator
     final_hidden: torch.Tensor | None = None  # final hidden state (before the norm) that chose ids[-1]
     prompt_hidden: torch.Tensor | None = None  # the prompt's final hidden states (before the norm), for begin
+    prompt_captured: dict[int, torch.Tensor] | None = None  # the prompt's states after ``capture_layers``, for begin
     # most drafts this round (``budget=auto`` sizes each round; ``specharness.budget``): a drafter that
     # drafts one token at a time stops there; the engine cuts any longer proposal to its first ``budget``
     budget: int = 1 << 30

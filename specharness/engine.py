@@ -52,17 +52,18 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
     rounds: list[Round] = []
 
     # prefill: the whole prompt in one full forward (the graph every method shares); a drafter with
-    # an exit layer gets the states entering it back as a captured layer
+    # an exit layer gets the states entering it back as a captured layer, one with capture layers those
     ids = torch.tensor(prompt_ids, device=target.device)
-    out = target.forward(ids, cache, 0, head=True, capture=(l - 1,) if l else (), prefill=True)
+    out = target.forward(ids, cache, 0, head=True, capture=tuple(sorted({*capture, *((l - 1,) if l else ())})),
+                         prefill=True)
     h_exit = out.captured[l - 1] if l else None
     timer.mark()  # verified
     acc = accept(out.logits[-1:], [], None, temperature, gen)
     state.ids.append(acc.next_token)
     state.final_hidden = out.hidden[-1]
-    state.prompt_hidden = out.hidden
+    state.prompt_hidden, state.prompt_captured = out.hidden, out.captured
     drafter.begin(state, h_exit)
-    state.prompt_hidden = None
+    state.prompt_hidden = state.prompt_captured = None
     untimed = getattr(drafter, "untimed_s", 0.0)
     timer.mark()  # accepted
     draft_s, verify_s, accept_s = timer.split(prefill=True)

@@ -485,21 +485,31 @@ def compute_features(target, dataset, layers: tuple[int, ...], topk: int, progre
 
 def features(target, dataset, meta: dict, data_dir: Path, layer: int, topk: int) -> dict[str, torch.Tensor]:
     """The hidden states entering ``layer`` (``n_layers``: after the last layer, before the final
-    norm) and the target's top-``topk`` at trained positions, for every token of the data: captured
-    during generation when they fit, else teacher-forced once and cached beside the data."""
+    norm) as ``hidden``, and the target's top-``topk`` at trained positions (``layer_features``)."""
+    f = layer_features(target, dataset, meta, data_dir, (layer,), topk)
+    return {"hidden": f[f"hidden.{layer}"], **{k: f[k] for k in ("ids", "probs", "offsets")}}
+
+
+def layer_features(target, dataset, meta: dict, data_dir: Path, layers: tuple[int, ...],
+                   topk: int) -> dict[str, torch.Tensor]:
+    """``hidden.{l}``: the hidden states entering each of ``layers`` for every token of the data;
+    ``ids``/``probs``: the target's top-``topk`` at trained positions; ``offsets``. Captured during
+    generation when they were, else teacher-forced once (all layers in one pass) and cached beside the data."""
     from safetensors.torch import load_file, save_file
     s = meta["settings"]
-    if layer in s["capture_layers"] and s["topk"] >= topk and (data_dir / "features.safetensors").is_file():
+    if (set(layers) <= set(s["capture_layers"]) and s["topk"] >= topk
+            and (data_dir / "features.safetensors").is_file()):
         f = load_features(data_dir)
-        return {"hidden": f[f"hidden.{layer}"], "ids": f["topk_ids"][:, :topk], "probs": f["topk_probs"][:, :topk],
-                "offsets": f["offsets"]}
-    extra = data_dir / f"features-l{layer}-k{topk}.safetensors"
+        return {**{f"hidden.{l}": f[f"hidden.{l}"] for l in layers}, "ids": f["topk_ids"][:, :topk],
+                "probs": f["topk_probs"][:, :topk], "offsets": f["offsets"]}
+    extra = data_dir / f"features-l{'-'.join(map(str, sorted(layers)))}-k{topk}.safetensors"
     if extra.is_file():
         f = load_file(str(extra))
     else:
-        f = compute_features(target, dataset, (layer,), topk)
+        f = compute_features(target, dataset, tuple(layers), topk)
         save_file(f, str(extra))
-    return {"hidden": f[f"hidden.{layer}"], "ids": f["topk_ids"], "probs": f["topk_probs"], "offsets": f["offsets"]}
+    return {**{f"hidden.{l}": f[f"hidden.{l}"] for l in layers}, "ids": f["topk_ids"], "probs": f["topk_probs"],
+            "offsets": f["offsets"]}
 
 
 def examples(dataset, indices: list[int] | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

@@ -100,8 +100,13 @@ def test_the_heads_pass_over_verified_tokens_is_drafting(tiny):
 
 
 def test_sampling_keeps_the_target_distribution(tiny):
+    assert_tree_sampling_lossless(tiny, eg.build(tiny, options(depth=2, top_k=3, total_tokens=5)))
+
+
+def assert_tree_sampling_lossless(tiny, d) -> None:
+    """The first two sampled tokens through ``d``'s trees, against the exact distribution (chi-square),
+    with rounds that reject and rounds that keep drafts."""
     torch.set_num_threads(1)
-    d = eg.build(tiny, options(depth=2, top_k=3, total_tokens=5))
     prompt = [1, 2, 3]
     exact = marginal(exact_sequence_distribution(tiny, prompt, 3, 1.0), (1, 2))
     seen, accepted = Counter(), Counter()

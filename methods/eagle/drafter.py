@@ -33,7 +33,7 @@ from specharness.options import OptionSpec
 from specharness.model import TargetModel, stack_name
 from specharness.training import checkpoint_summary
 
-from .checkpoint import DEFAULT_DRAFT_VOCAB, UNTRAINED, load_head, resolve_head_path
+from .checkpoint import DEFAULT_DRAFT_VOCAB, EAGLE, UNTRAINED, HeadKind, load_head, resolve_head_path
 from .head import EagleHead
 
 OPTIONS = [
@@ -66,14 +66,16 @@ class EagleDrafter:
         # the head -> its norm -> the LM head rows as a stack of the target's, run through its backend; its
         # widest call: a frontier of top_k nodes, or a catch-up over depth accepted drafts + the target's token
         self.widest = max(top_k, depth + 1)
-        self.stack = head.add_to(target, stack or stack_name("eagle", None), self.subset, self.widest)
+        self.stack = head.add_to(target, stack or stack_name(head.METHOD, None), self.subset, self.widest)
+        self.capture_layers = head.capture  # EAGLE-3 reads low, middle and high layers: verification hands them back
         # one head pass (a depth of the tree, or a chain's draft): its layer, projection, norm and head rows
         self.draft_bytes = target.backend.stacks[self.stack].read_bytes()
         self.cache = None
         self.root_logp: torch.Tensor | None = None  # draft log-probs of the token after the current one
         self.root_feat: torch.Tensor | None = None  # the head's predicted feature at the current position
-        # committed, not yet run through the head: tokens, the target's final hidden states (a list of
-        # rounds' rows when another drafter proposed meanwhile: sam's fallback), the first position
+        # committed, not yet run through the head: tokens, the target's states the head reads (its
+        # ``feature_source``; a list of rounds' rows when another drafter proposed meanwhile: sam's
+        # fallback), the first position
         self.verified: tuple[list[int], list[torch.Tensor], int] | None = None
 
     # ---- the head over committed tokens -------------------------------------------------------------
@@ -99,13 +101,14 @@ class EagleDrafter:
     def begin(self, state: DecodeState, prefill_hidden) -> None:
         self.cache = self.t.new_cache(state.cache.max_len + self.depth * self.top_k, n_layers=1)
         self.verified = None
-        feats = self.t.norm(state.prompt_hidden)  # f_t, t = 0 .. P-1
+        feats = self.head.target_feature(self.t, self.head.feature_source(state.prompt_hidden, state.prompt_captured))
         self._advance(state.ids[1:state.prompt_len + 1], feats, 0, prefill=True)
 
     def commit(self, state: DecodeState, verified: Verified) -> None:
         p = verified.start
         tokens = state.ids[p + 1:p + verified.accepted + 2]  # the kept drafts and the target's own token
-        hidden = verified.hidden[:len(tokens)]  # the engine's gathered copy: it outlives the next forward
+        # the engine's gathered copies: they outlive the next forward
+        hidden = self.head.feature_source(verified.hidden, verified.captured)[:len(tokens)]
         if self.verified is None:
             self.verified = (tokens, [hidden], p)
         else:  # a round another drafter proposed (sam's fallback): the head runs them all at the next propose
@@ -121,7 +124,8 @@ class EagleDrafter:
             return
         tokens, hidden, p = self.verified
         self.verified = None
-        feats, n, w = self.t.norm(torch.cat(hidden) if len(hidden) > 1 else hidden[0]), len(tokens), self.widest
+        feats = self.head.target_feature(self.t, torch.cat(hidden) if len(hidden) > 1 else hidden[0])
+        n, w = len(tokens), self.widest
         if n <= w or n - 1 > self.t.backend.narrowest:
             self._advance(tokens, feats, p, prefill=n > w)
         else:
@@ -191,24 +195,24 @@ class EagleDrafter:
         node = {c: i + 1 for i, c in enumerate(order)}
         return [token[c] for c in order], [0 if parent[c] < 0 else node[parent[c]] for c in order]
 
-def build(target: TargetModel, options: dict) -> EagleDrafter:
-    path = resolve_head_path(target, options["head"])
-    head, rows = load_head(path, target, options["draft_vocab"])
-    stack = stack_name("eagle", path, None if rows is None else rows.numel())
+def build(target: TargetModel, options: dict, kind: HeadKind = EAGLE) -> EagleDrafter:
+    path = resolve_head_path(target, options["head"], kind)
+    head, rows = load_head(path, target, options["draft_vocab"], kind)
+    stack = stack_name(kind.method, path, None if rows is None else rows.numel())
     return EagleDrafter(target, head, rows, options["mode"], options["depth"], options["top_k"], options["total_tokens"],
                         stack)
 
 
-def extra_params(target: TargetModel, options: dict) -> int:
+def extra_params(target: TargetModel, options: dict, kind: HeadKind = EAGLE) -> int:
     """The head's parameters (its draft rows of the LM head included)."""
-    return load_head(resolve_head_path(target, options["head"]), target, options["draft_vocab"])[0].n_parameters
+    return load_head(resolve_head_path(target, options["head"], kind), target, options["draft_vocab"], kind)[0].n_parameters
 
 
-def head_info(target: TargetModel, options: dict) -> dict:
+def head_info(target: TargetModel, options: dict, kind: HeadKind = EAGLE) -> dict:
     """Tree or chain, which head, its draft rows (what ``draft_vocab=-1`` meant here), and (from its
     report.json) what that head was trained on."""
-    path = resolve_head_path(target, options["head"])
+    path = resolve_head_path(target, options["head"], kind)
     trained = checkpoint_summary(path) if path != UNTRAINED else {}
-    rows = load_head(path, target, options["draft_vocab"])[1]
+    rows = load_head(path, target, options["draft_vocab"], kind)[1]
     return {"tree": options["mode"], "head": options["head"] or "shipped", **draft_vocab.describe(target, rows),
             **({"training": trained} if trained else {})}

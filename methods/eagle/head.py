@@ -14,10 +14,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specharness.model import AttentionWeights, HeadShape, KVCache, LayerWeights, TargetModel, decoder_layer, rms_norm
+from specharness.model import AttentionWeights, HeadShape, LayerWeights, TargetModel, decoder_layer, rms_norm
 
 
 class EagleHead(nn.Module):
+    METHOD = "eagle"  # the method (and trainer) whose checkpoints hold this head
+    capture: tuple[int, ...] = ()  # target layers whose outputs the head reads (EAGLE: none, the final state)
+
     def __init__(self, hidden: int, n_heads: int, n_kv: int, head_dim: int, inner: int, eps: float) -> None:
         super().__init__()
         self.fc = nn.Linear(2 * hidden, hidden)
@@ -30,6 +33,20 @@ class EagleHead(nn.Module):
         self.out_norm = nn.Parameter(torch.ones(hidden))  # features are post-norm: predict them through a norm
         self.shape = dict(hidden=hidden, n_heads=n_heads, n_kv=n_kv, head_dim=head_dim, inner=inner, eps=eps)
         self.eps = eps
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "EagleHead":
+        """A head of the shape a checkpoint's config.json records."""
+        return cls(cfg["hidden"], cfg["n_heads"], cfg["n_kv"], cfg["head_dim"], cfg["inner"], cfg["eps"])
+
+    def feature_source(self, hidden: torch.Tensor, captured: dict[int, torch.Tensor] | None) -> torch.Tensor:
+        """What the head keeps of the target's states at committed positions (``hidden``: final, before the
+        norm; ``captured``: the layers ``capture`` names) until it turns them into features."""
+        return hidden
+
+    def target_feature(self, target: TargetModel, source: torch.Tensor) -> torch.Tensor:
+        """The feature the head reads at a committed position: EAGLE's is the target's normed final state."""
+        return target.norm(source)
 
     @classmethod
     def for_target(cls, target: TargetModel) -> "EagleHead":
@@ -77,13 +94,14 @@ class EagleHead(nn.Module):
         return rms_norm(h, self.out_norm, self.eps)
 
     def forward(self, target: TargetModel, emb: torch.Tensor, feat: torch.Tensor, positions: torch.Tensor,
-                slots: torch.Tensor, mask: torch.Tensor, cache: KVCache) -> torch.Tensor:
+                slots: torch.Tensor, mask: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """Predicted features [N, H] for N inputs (token embeddings and features [N, H]) at
-        ``positions``, written to ``cache`` slots, attending where ``mask`` [N, slots] allows."""
+        ``positions``, written to slots of a one-layer cache's ``keys``/``values`` (``KVCache.keys``),
+        attending where ``mask`` [N, slots] allows (training; drafting runs the stack of ``add_to``)."""
         layer = self.layer_weights()
         cos, sin = target.rope_at(positions)
         shape = HeadShape(self.shape["n_heads"], self.shape["n_kv"], self.shape["head_dim"])  # the head's own layout
         x = self.fc(torch.cat([emb, feat], dim=-1))
-        h = target.run_with_fallback(lambda: decoder_layer(x, layer, shape, self.eps, cos, sin, cache.keys, cache.values, 0,
+        h = target.run_with_fallback(lambda: decoder_layer(x, layer, shape, self.eps, cos, sin, keys, values, 0,
                                                            slots, mask, target.attention))  # SDPA if our kernel fails
         return self.feature(h)

@@ -62,10 +62,13 @@ def _rows(ds, train_idx: list[int], vocab_size: int, n: int) -> tuple[torch.Tens
 
 
 class Conversations:
-    """Per conversation: tokens, true features, trained positions, soft labels in draft-head rows."""
+    """Per conversation: tokens, true features, trained positions, soft labels in draft-head rows.
+    ``feats["hidden"]`` holds the states a head reads per position: EAGLE's final ones (normed here, by
+    the target's final norm), or, with ``normed=False``, what a head turns into features itself (EAGLE-3's
+    low, middle and high layers side by side)."""
 
-    def __init__(self, ds, feats: dict, target: TargetModel, rows: torch.Tensor | None) -> None:
-        self.ds, self.f, self.target = ds, feats, target
+    def __init__(self, ds, feats: dict, target: TargetModel, rows: torch.Tensor | None, normed: bool = True) -> None:
+        self.ds, self.f, self.target, self.normed = ds, feats, target, normed
         self.lookup = None
         if rows is not None:
             self.lookup = torch.full((target.vocab_size,), -1, dtype=torch.long)
@@ -74,7 +77,8 @@ class Conversations:
     def __call__(self, i: int):
         a, b = int(self.f["offsets"][i]), int(self.f["offsets"][i + 1])
         ids = torch.tensor(self.ds[i]["input_ids"])
-        feat = self.target.norm(self.f["hidden"][a:b].to(self.target.dtype)).float()
+        feat = self.f["hidden"][a:b].to(self.target.dtype)
+        feat = (self.target.norm(feat) if self.normed else feat).float()
         top_ids, top_p = self.f["ids"][a:b].long(), self.f["probs"][a:b].float()
         n = len(ids)
         # training position t (reads x_{t+1}, f_t) predicts f_{t+1} and x_{t+2}: labels of position t+1
@@ -96,7 +100,7 @@ def run_head(head: EagleHead, target: TargetModel, tokens: torch.Tensor, feats: 
     cache.claim(0, 1, 0, n)
     pos = torch.arange(n)
     return head(target, F.embedding(tokens, target.embed_weight).float(), feats, pos, pos,
-                attention_mask(0, Tree.chain(n - 1), n, feats.device), cache)
+                attention_mask(0, Tree.chain(n - 1), n, feats.device), cache.keys, cache.values)
 
 
 def logits_of(target: TargetModel, feats: torch.Tensor, subset: torch.Tensor | None) -> torch.Tensor:

@@ -5,7 +5,7 @@ occurred before in it, or in a static corpus (``-o corpus=FILE``), whichever mat
 text's own on a tie), from its most recent earlier occurrence, as pld does. The automaton over the
 text is extended with every committed token (``automaton.py``: a few dictionary operations a token for
 prose); a draft is a list slice. When the longest match is shorter than ``min_match`` tokens, another
-drafter proposes instead (``-o fallback=recycling|eagle|none``); when that drafts nothing either, the
+drafter proposes instead (``-o fallback=recycling|eagle|eagle3|none``); when that drafts nothing either, the
 shorter match does (``short_matches``: the paper leaves such a round empty, but here verifying 8
 positions costs what verifying 1 does). The fallback's ``commit`` runs every round, so its state
 follows the text whichever drafter proposed.
@@ -26,9 +26,11 @@ from specharness.options import OptionSpec, resolve_options
 
 from .. import recycling
 from ..eagle import drafter as eagle
+from ..eagle3 import drafter as eagle3
 from .automaton import Matcher, SuffixAutomaton
 
-FALLBACKS = {"none": None, "recycling": recycling, "eagle": eagle}
+FALLBACKS = {"none": None, "recycling": recycling, "eagle": eagle, "eagle3": eagle3}
+LEARNED = ("eagle", "eagle3")  # fallbacks with a head: extra parameters, and a head to describe
 
 OPTIONS = [
     OptionSpec("k", "int", 7, "most tokens retrieved per round (7: the current token + 7 = 8 positions, the width "
@@ -141,7 +143,7 @@ def build_fallback(target, name: str, raw: str = ""):
 def extra_params(target, options: dict) -> int:
     """The fallback's extra parameters (EAGLE's head); retrieval adds none."""
     name = options["fallback"]
-    return eagle.extra_params(target, _resolved(name, options["fallback_options"])) if name == "eagle" else 0
+    return FALLBACKS[name].extra_params(target, _resolved(name, options["fallback_options"])) if name in LEARNED else 0
 
 
 def _benchmark_overlap(text: str) -> str | None:
@@ -189,8 +191,8 @@ def info(target, options: dict) -> dict:
     corpus's size."""
     name, raw = options["fallback"], options["fallback_options"]
     out: dict = {"fallback": name + (f" ({raw})" if raw else "")}
-    if name == "eagle":
-        out["eagle"] = eagle.head_info(target, _resolved(name, raw))
+    if name in LEARNED:
+        out[name] = FALLBACKS[name].head_info(target, _resolved(name, raw))
     if options["corpus"]:
         out["corpus"] = f"{options['corpus']} ({len(load_corpus(target, options['corpus']))} tokens)"
     return out

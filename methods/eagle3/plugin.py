@@ -1,0 +1,21 @@
+"""EAGLE-3's hook implementations: the ``eagle3`` method and the ``eagle3`` trainer."""
+
+from __future__ import annotations
+
+from specharness.hookspecs import DrafterSpec, TrainerSpec, hookimpl
+
+from . import train
+from .drafter import OPTIONS, build, extra_params, head_info
+
+
+@hookimpl
+def specharness_drafters() -> list[DrafterSpec]:
+    return [DrafterSpec("eagle3", build, OPTIONS, sizable=True, params=extra_params, info=head_info,
+                        tiny_options={"head": "untrained", "draft_vocab": 0},
+                        help="EAGLE-3: EAGLE-2's dynamic tree from a head that fuses the target's low, middle and "
+                             "high layers, trained on its own drafts (training-time test)")]
+
+
+@hookimpl
+def specharness_trainers() -> list[TrainerSpec]:
+    return [TrainerSpec("eagle3", train.run, train.OPTIONS, help=train.HELP)]
