@@ -129,7 +129,7 @@ def tiny():
     return t
 
 
-SIZABLE = [("pld", ["min_ngram=1"]), ("recycling", []), ("eagle", []), ("eagle", ["mode=chain"]), ("kangaroo", ["eta=0"]),
+SIZABLE = [("pld", ["min_ngram=1"]), ("recycling", []), ("eagle", []), ("eagle", ["mode=chain"]), ("eagle3", []), ("kangaroo", ["eta=0"]),
            ("early_exit", ["exit_layer=1", "draft_vocab=0"]), ("self-spec", []), ("medusa", []),
            ("medusa", ["tree=chain"]), ("sam", []), ("sam", ["fallback=eagle", "fallback_options=head=untrained+draft_vocab=0"])]
 
