@@ -537,6 +537,13 @@ def split(n_rows: int, held_out: float, seed: int = 0, train_limit: int = 0) -> 
     return sorted(train[:train_limit] if train_limit else train), sorted(perm[:n_held])
 
 
+def data_summary(meta: dict, train_rows: list[int], held_rows: list[int]) -> dict:
+    """What a trainer's report.json says of its data: the set's size and cost, and the rows it used."""
+    return {"conversations": meta["conversations"], "tokens": meta["tokens"], "answer_tokens": meta["answer_tokens"],
+            "train_conversations": len(train_rows), "held_out_conversations": len(held_rows),
+            "generation_wall_s": meta["wall_time_s"]["total"], "generation_flops": meta["flops"]["total"]}
+
+
 def split_rows(n_rows: int, options: dict) -> tuple[list[int], list[int]]:
     """The train / held-out rows a trainer's ``RECIPE_OPTIONS`` values ask for."""
     return split(n_rows, options["held_out"], options["seed"], options["train_conversations"])

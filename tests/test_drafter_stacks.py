@@ -63,9 +63,9 @@ def test_the_eagle_stack_computes_what_the_head_computes_at_tree_nodes(tiny, voc
         ref_cache, cache = tiny.new_cache(16, n_layers=1), tiny.new_cache(16, n_layers=1)
         pre = torch.arange(5)
         ref_cache.claim(0, 1, 0, 5)
-        head(tiny, emb[:5], feat[:5], pre, pre, torch.ones(5, 5, dtype=torch.bool).tril(), ref_cache)
+        head(tiny, emb[:5], feat[:5], pre, pre, torch.ones(5, 5, dtype=torch.bool).tril(), ref_cache.keys, ref_cache.values)
         ref_cache.claim(0, 1, 5, 3)
-        want = head(tiny, emb[5:], feat[5:], positions, torch.arange(5, 8), mask, ref_cache)
+        want = head(tiny, emb[5:], feat[5:], positions, torch.arange(5, 8), mask, ref_cache.keys, ref_cache.values)
         want_logits = tiny.head(want, subset)
         tiny.forward(torch.cat([emb[:5], feat[:5]], -1), cache, 0, stack=name, prefill=True)
         got = tiny.forward(torch.cat([emb[5:], feat[5:]], -1), cache, 5, stack=name, head=True, positions=positions,

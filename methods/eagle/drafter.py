@@ -209,10 +209,10 @@ def extra_params(target: TargetModel, options: dict, kind: HeadKind = EAGLE) -> 
 
 
 def head_info(target: TargetModel, options: dict, kind: HeadKind = EAGLE) -> dict:
-    """Tree or chain, which head, its draft rows (what ``draft_vocab=-1`` meant here), and (from its
-    report.json) what that head was trained on."""
+    """Tree or chain, which head, its draft rows (what ``draft_vocab=-1`` meant here), the layers it fuses
+    (EAGLE-3), and (from its report.json) what that head was trained on."""
     path = resolve_head_path(target, options["head"], kind)
     trained = checkpoint_summary(path) if path != UNTRAINED else {}
-    rows = load_head(path, target, options["draft_vocab"], kind)[1]
+    head, rows = load_head(path, target, options["draft_vocab"], kind)
     return {"tree": options["mode"], "head": options["head"] or "shipped", **draft_vocab.describe(target, rows),
-            **({"training": trained} if trained else {})}
+            **({"layers": list(head.layers)} if head.capture else {}), **({"training": trained} if trained else {})}

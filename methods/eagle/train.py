@@ -206,9 +206,7 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
     report = {
         "trainer": "eagle", "model": target.name, "out_dir": str(out), "data_dir": str(data_dir),
         "data_reused": reused,
-        "data": {"conversations": meta["conversations"], "tokens": meta["tokens"], "answer_tokens": meta["answer_tokens"],
-                 "train_conversations": len(train_idx), "held_out_conversations": len(held_idx),
-                 "generation_wall_s": meta["wall_time_s"]["total"], "generation_flops": meta["flops"]["total"]},
+        "data": sd.data_summary(meta, train_idx, held_idx),
         "teacher_wall_s": t_teacher, "teacher_flops": sd.forward_flops(target, meta["tokens"], 256),
         "draft_vocab": options["draft_vocab"], "draft_vocab_coverage_of_answer_tokens": coverage,
         "epochs": options["epochs"], "optimizer_steps": total_steps, "train_wall_s": train_s, "train_flops": train_flops,

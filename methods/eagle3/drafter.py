@@ -28,5 +28,4 @@ def extra_params(target: TargetModel, options: dict) -> int:
 
 
 def head_info(target: TargetModel, options: dict) -> dict:
-    return {**eagle.head_info(target, options, KIND), "layers": list(eagle.load_head(
-        eagle.resolve_head_path(target, options["head"], KIND), target, options["draft_vocab"], KIND)[0].layers)}
+    return eagle.head_info(target, options, KIND)

@@ -122,8 +122,14 @@ def held_out_features(target: TargetModel, ds, held_idx: list[int], layers: tupl
     """Teacher-forced states entering ``layers`` for the held-out rows only (a comparison's evaluation
     needs no pass over the training data), laid out as ``Conversations`` reads them."""
     f = sd.compute_features(target, ds.select(held_idx), layers, topk)
-    return {"hidden": torch.cat([f[f"hidden.{x}"] for x in layers], dim=-1), "ids": f["topk_ids"],
-            "probs": f["topk_probs"], "offsets": f["offsets"]}
+    return side_by_side({**f, "ids": f["topk_ids"], "probs": f["topk_probs"]}, layers)
+
+
+def side_by_side(f: dict, layers: tuple[int, ...]) -> dict:
+    """``layer_features``' tensors as ``Conversations`` reads them: ``hidden`` = the layers' states
+    side by side [N, len(layers) x H], with the labels and offsets."""
+    return {"hidden": torch.cat([f[f"hidden.{x}"] for x in layers], dim=-1),
+            **{k: f[k] for k in ("ids", "probs", "offsets")}}
 
 
 def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) -> dict:
@@ -138,8 +144,7 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
     ds, meta, reused = sd.load_or_generate(target, s, data_dir)
     t_data = time.perf_counter() - started
     t0 = time.perf_counter()
-    f = sd.layer_features(target, ds, meta, data_dir, layers, options["topk"])
-    feats = {"hidden": torch.cat([f.pop(f"hidden.{x}") for x in layers], dim=-1), **f}
+    feats = side_by_side(sd.layer_features(target, ds, meta, data_dir, layers, options["topk"]), layers)
     t_teacher = time.perf_counter() - t0
     train_idx, held_idx = sd.split_rows(len(ds), options)
     order, rows, coverage = _rows(ds, train_idx, target.vocab_size, options["draft_vocab"])
@@ -183,9 +188,7 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
     report = {
         "trainer": "eagle3", "model": target.name, "out_dir": str(out), "data_dir": str(data_dir),
         "data_reused": reused, "layers": list(layers), "steps": steps, "step_decay": decay,
-        "data": {"conversations": meta["conversations"], "tokens": meta["tokens"], "answer_tokens": meta["answer_tokens"],
-                 "train_conversations": len(train_idx), "held_out_conversations": len(held_idx),
-                 "generation_wall_s": meta["wall_time_s"]["total"], "generation_flops": meta["flops"]["total"]},
+        "data": sd.data_summary(meta, train_idx, held_idx),
         "teacher_wall_s": t_teacher, "teacher_flops": sd.forward_flops(target, meta["tokens"], 256),
         "draft_vocab": options["draft_vocab"], "draft_vocab_coverage_of_answer_tokens": coverage,
         "epochs": options["epochs"], "optimizer_steps": total_steps, "train_wall_s": prog.train_s,

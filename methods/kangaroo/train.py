@@ -193,11 +193,7 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
     report = {
         "trainer": "kangaroo", "model": target.name, "exit_layer": l, "out_dir": str(out),
         "data_dir": str(data_dir), "data_reused": reused,
-        "data": {"conversations": meta["conversations"], "tokens": meta["tokens"],
-                 "answer_tokens": meta["answer_tokens"], "train_conversations": len(train_idx),
-                 "held_out_conversations": len(held_idx),
-                 "generation_wall_s": meta["wall_time_s"]["total"], "generation_flops": meta["flops"]["total"],
-                 "settings": meta["settings"]},
+        "data": {**sd.data_summary(meta, train_idx, held_idx), "settings": meta["settings"]},
         "draft_vocab": n_v, "draft_vocab_coverage_of_answer_tokens": coverage,
         "soft_labels": f"target top-{options['topk']} probabilities (temperature 1)",
         "epochs": options["epochs"], "optimizer_steps": total_steps,
