@@ -299,6 +299,8 @@ def test_the_narrow_attention_kernel_serves_compiled_and_eager_bfloat16_tree_for
     tree, prefix, x = Tree((-1, 0, 0, 1, 2)), torch.tensor([5, 6, 7, 8, 9, 10, 11]), torch.tensor([12, 13, 14, 15, 16])
     logits = {}
     paths = {"on": narrow_attention.kind(), "avx512": "avx512-bf16", "off": ""}
+    if paths["on"] == paths["avx512"]:  # no AMX here: "on" is the AVX512-BF16 path, compiled once
+        del paths["avx512"]
     for setting, kind in paths.items():
         options = EngineOptions(narrow_attention=setting)
         eager, compiled = TargetModel.tiny("llama", **shape, options=options), TargetModel.tiny("llama", **shape, options=options)

@@ -19,6 +19,7 @@ from specharness.model.graph_store import GraphStore
 pytestmark = pytest.mark.usefixtures("graph_store")  # the suite turns the store off elsewhere (conftest)
 
 
+@pytest.mark.slow  # 70 s of max-autotune builds; the default run's stand-in: a second model loads in the switch test
 def test_a_second_process_loads_every_graph_from_the_store_and_computes_the_first_ones_logits(tmp_path):
     """Three processes on one fresh store, bfloat16 max-autotune (frozen, oneDNN-packed weights in the
     package): the first builds a package per model, two models of one shape with other weights
@@ -71,7 +72,10 @@ def test_the_store_keys_weights_by_value_and_graphs_by_what_they_compute():
 
 def test_the_store_is_an_engine_switch_and_compiled_generation_through_it_equals_eager(tmp_path, monkeypatch):
     """``SPECHARNESS_AOT_GRAPHS=0`` turns it off; on, a float32 compiled generation (prefill through the
-    wide package, rounds through width packages) gives eager's tokens, every graph from the store."""
+    wide package, rounds through width packages) gives eager's tokens, every graph from the store; a
+    second model of the same weights (as the next run would make) loads every package, builds none and
+    gives the same tokens. (Across processes, under bfloat16 max-autotune, with models of one shape and
+    other weights: the slow test above.)"""
     from specharness.engine import generate
     from specharness.methods.vanilla import NoDraft
     from specharness.verify import greedy
@@ -93,6 +97,11 @@ def test_the_store_is_an_engine_switch_and_compiled_generation_through_it_equals
     assert got == want
     assert store.failures == {} and store.built == compiled.backend.graphs
     assert any(k.width == "wide" for k in store.built)
+    again = TargetModel.tiny("llama", seed=5)
+    again.compile("default")
+    with torch.inference_mode():
+        assert generate(again, NoDraft(), greedy, prompt, 8).token_ids == want
+    assert again.backend.store.built == set() and again.backend.store.loaded == compiled.backend.graphs
 
 
 def _generation(seed: int, monkeypatch, tmp_path):
