@@ -171,26 +171,37 @@ def test_graphs_compiled_before_timing_are_the_ones_the_engine_reuses():
                      Settings(4))
 
 
+WARM_QUESTION = "a question of some forty characters, say"
+
+
 def test_warm_up_compiles_static_graphs_only_for_verification_widths():
     """A graph no round uses still costs a compile per run: a vanilla run gets width 1 and the
-    dynamic-width graph only; a method verifying up to 8 positions adds buckets 2, 4 and 8, never 16-64, and
-    only for its own layer ranges."""
+    dynamic-width graph only; a method verifying up to 8 positions adds buckets 2, 4 and 8, never 16-64."""
     from specharness.plugins import build_registry
     from specharness.runner import Settings, build_method, warm_up
     from specharness.tasks.specbench import Question
     t = _text_target(4)
     t.compile("default")
     registry = build_registry()
-    question = Question("q", "qa", "qa", ["a question of some forty characters, say"])
+    question = Question("q", "qa", "qa", [WARM_QUESTION])
     warm_up(t, [build_method(registry, "vanilla", [], t, 0.0)], [question], Settings(4, warmup=1))
     assert {g.width for g in t.backend.graphs} == {1, "wide"}
     pld = build_method(registry, "pld", ["k=3", "branches=2"], t, 0.0)
     assert pld.max_width == 7
     warm_up(t, [pld], [question], Settings(4, warmup=1))
     assert {g.width for g in t.backend.graphs} == {1, 2, 4, 8, "wide"}
-    # each method's graphs up to its own widest verification: early exit verifies 4 positions through
-    # layers 1-2; vanilla runs layers 0-2 one position at a time, and gets the run's widest static width
-    # besides (4: a step may run padded to it where it measures faster), no width-2 or width-8 graph of them
+
+
+@pytest.mark.slow  # 45 s of compiling; the default run's drafter-stack test checks a run's graphs with drafters
+def test_warm_up_compiles_each_methods_graphs_only_for_its_own_layer_ranges():
+    """Each method's graphs up to its own widest verification: early exit verifies 4 positions through
+    layers 1-2; vanilla runs layers 0-2 one position at a time, and gets the run's widest static width
+    besides (4: a step may run padded to it where it measures faster), no width-2 or width-8 graph of them."""
+    from specharness.plugins import build_registry
+    from specharness.runner import Settings, build_method, warm_up
+    from specharness.tasks.specbench import Question
+    registry = build_registry()
+    question = Question("q", "qa", "qa", [WARM_QUESTION])
     u = _text_target(5)
     u.compile("default")
     methods = [build_method(registry, "vanilla", [], u, 0.0),

@@ -14,13 +14,15 @@ from specharness.tasks.specbench import Question
 from specharness.verify import greedy, speculative_sampling
 
 
-def test_vanilla_equals_hf_generate_on_every_subtask(smol, first_questions):
-    """Both turns of the multi-turn question included: turn 2 sees each method's own answer."""
+def test_vanilla_equals_hf_generate_on_every_subtask(smol, first_questions, identity_questions):
+    """Both turns of the multi-turn question (MT-bench's, always) included: turn 2 sees each method's own
+    answer."""
     reg = build_registry()
     s = Settings(max_new_tokens=32)
     vanilla = build_method(reg, "vanilla", [], smol, 0.0)
     hf = build_method(reg, "hf-generate", [], smol, 0.0)
-    for q in first_questions:
+    assert len(first_questions[0].turns) == 2
+    for q in {q.question_id: q for q in (first_questions[0], *identity_questions)}.values():
         ours, theirs = run_question(smol, vanilla, q, s), run_question(smol, hf, q, s)
         assert len(ours.generations) == len(q.turns)
         for t, (a, b) in enumerate(zip(ours.generations, theirs.generations)):

@@ -11,6 +11,8 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from specharness import gpu_check
 from specharness.records import QuestionRecord
 
@@ -36,6 +38,7 @@ def specharness_decoders():
 '''
 
 
+@pytest.mark.slow  # a minute; run it before a GPU session's one prepared call (docs/gpu.md)
 def test_dry_run_brings_back_every_stage_and_fails_a_broken_method(tmp_path):
     plugin = tmp_path / "corrupt.py"
     plugin.write_text(BROKEN)

@@ -119,6 +119,7 @@ def _generation(seed: int, monkeypatch, tmp_path):
     return compiled, run, run(eager)
 
 
+@pytest.mark.slow  # two minutes of child builds; the block's bookkeeping: the failed and interrupted builds below
 def test_graphs_built_in_the_background_run_eagerly_until_the_block_ends_then_from_their_packages(tmp_path, monkeypatch):
     """Inside ``in_background`` a missing graph is exported and built by a child process while its
     calls run eagerly (eager's tokens); leaving the block waits for every build and loads it, and a

@@ -101,6 +101,7 @@ def test_resume_after_the_driver_is_interrupted(cluster, tiny_dir, tmp_path, cap
         assert len(ids) == len(set(ids)) == 6
 
 
+@pytest.mark.slow  # the killed-worker test below covers the retry; this one, the cap
 def test_a_question_that_kills_every_worker_stops_at_the_cap_and_keeps_the_rest(cluster, tiny_dir, tmp_path, capsys,
                                                                                  monkeypatch):
     """A question whose method ends the worker process every time (a crash in native code, an

@@ -120,10 +120,10 @@ def _drafter(registry, target, opts):
 
 
 @pytest.mark.parametrize("opts", ["", "fallback=none:min_match=1", "fallback=eagle:min_match=3"])
-def test_greedy_identical_to_vanilla_on_every_subtask(smol, vanilla_greedy, first_questions, registry, opts):
+def test_greedy_identical_to_vanilla_on_every_subtask(smol, vanilla_greedy, identity_questions, registry, opts):
     """Every round says who proposed it (kept in the results): retrieval and, with one, the fallback."""
     sources, d = Counter(), _drafter(registry, smol, opts)
-    for q in first_questions:
+    for q in identity_questions:
         prompt = smol.chat_ids([{"role": "user", "content": q.turns[0]}])
         g = generate(smol, d, greedy, prompt, 40)
         assert g.token_ids == vanilla_greedy(prompt, 40), f"sam {opts} differs from vanilla on {q.subtask}"

@@ -36,9 +36,9 @@ def _drafter(registry, target, name, opts):
 
 
 @pytest.mark.parametrize("name, opts", [(n, o) for n, os in METHODS.items() for o in os])
-def test_greedy_identical_to_vanilla_on_every_subtask(smol, vanilla_greedy, first_questions, registry, name, opts):
+def test_greedy_identical_to_vanilla_on_every_subtask(smol, vanilla_greedy, identity_questions, registry, name, opts):
     accepted = 0
-    for q in first_questions:
+    for q in identity_questions:
         prompt = smol.chat_ids([{"role": "user", "content": q.turns[0]}])
         ref = vanilla_greedy(prompt, 40)
         g = generate(smol, _drafter(registry, smol, name, opts), greedy, prompt, 40)
