@@ -403,12 +403,9 @@ def profile_stage(config: dict, work: Path, which: str) -> int:
     from .session import check_threads
     sizes = config["sizes"]
     configs = [tuple(c) for c in sizes[f"profile_{which}"]]
-    # the profile's prompt lengths are a module constant: this process sets its own (the dry run's
-    # short ones; on a GPU the constant's own), and ends after this one profile
-    engine_profile.PREFILLS = tuple(sizes["prefills"])
     engine_profile.run_profile(config["model"], config["device"], check_threads(config["threads"]), configs,
                                list(sizes["widths"]), list(sizes["contexts"]), work / f"profile-{which}", False,
-                               log=_log, registry=build_registry(config["plugins"]))
+                               log=_log, registry=build_registry(config["plugins"]), prefills=tuple(sizes["prefills"]))
     _write_json(work / f"profile-{which}" / "counters.json", torch_counters())
     return 0
 

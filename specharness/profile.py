@@ -179,13 +179,13 @@ def hf_prefill_ms(target, length: int, repeats: int = 3) -> float:
                          sync=target.device.type == "cuda")
 
 
-def hf_costs(target, widths, contexts, log=print) -> dict:
+def hf_costs(target, widths, contexts, log=print, prefills=PREFILLS) -> dict:
     """transformers' side of the profile in ``target``'s dtype: generate's step, its forward by width
     and context, its prefill by length; ``step_ms`` minus the one-position forward is what
     ``generate`` spends around each forward (logits processing, stopping checks, cache updates)."""
     out = {"step_ms": hf_step_ms(target, context=contexts[0]), "step_context": contexts[0]}
     out["by_width"] = {str(c): {str(w): hf_forward_ms(target, c, w) for w in widths} for c in contexts}
-    out["prefill_ms"] = {str(n): hf_prefill_ms(target, n) for n in PREFILLS}
+    out["prefill_ms"] = {str(n): hf_prefill_ms(target, n) for n in prefills}
     log(f"profile: transformers, {target.dtype}: generate {out['step_ms']:.1f} ms/token; forward "
         + " ".join(f"{w}:{v:.1f}" for w, v in out["by_width"][str(contexts[0])].items()))
     return out
@@ -284,7 +284,7 @@ def method_costs(model: str, device: str, threads: int, dtype: str, mode: str, r
 
 def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, str]], widths, contexts,
                 out: Path, drafters: bool = True, log=print, variants: dict | None = None,
-                registry=None, tokens: int = 48) -> dict:
+                registry=None, tokens: int = 48, prefills=PREFILLS) -> dict:
     registry = registry or build_registry()
     cuda = torch.device(device).type == "cuda"
     gbs = bandwidth_gbs(device=device)
@@ -302,7 +302,7 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
             rooflines[dtype].update(compute_costs(target, widths, rooflines[dtype]["ms"]))
             log(f"profile: {dtype} matmul peak {rooflines[dtype]['peak_gflops']:.0f} GFLOP/s; floor by width " + " ".join(
                 f"{w}:{v:.1f}" for w, v in rooflines[dtype]["floor_ms"].items()))
-            result["hf_generate"][dtype] = hf_costs(target, widths, contexts, log)
+            result["hf_generate"][dtype] = hf_costs(target, widths, contexts, log, prefills)
         started = time.perf_counter()
         got, why = target.engine["compile"], target.engine.get("compile_failed")
         if why:
@@ -315,7 +315,7 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
             row["by_width"][str(ctx)] = {str(w): engine_choice.step_ms(target, context=ctx, width=w) for w in widths}
             log(f"profile: {dtype}/{mode} ctx {ctx}: " + " ".join(
                 f"{w}:{v:.1f}" for w, v in row["by_width"][str(ctx)].items()))
-        row["prefill_ms"] = {str(n): prefill_ms(target, n) for n in PREFILLS}
+        row["prefill_ms"] = {str(n): prefill_ms(target, n) for n in prefills}
         row["setup_s"] = time.perf_counter() - started
         row["compile_s"] = target.backend.compile_s
         row.update(target.kernel_flags())  # a kernel that failed while measuring fell back to SDPA: say so

@@ -28,8 +28,8 @@ SHRINK = {
     "lossless": ["--subtasks", "qa", "--max-new-tokens", "8", "--samples-a", "300", "--samples-b", "100",
                  "--samples-c", "800", "--quiet"],
     "train": ["-o", "conversations=8", "-o", "max_answer_tokens=8", "-o", "epochs=1"],
-    "profile": ["--configs", "float32/none", "--widths", "1,2", "--contexts", "32,64", "-o", "self-spec.trials=2",
-                "--tokens", "8"],
+    "profile": ["--configs", "float32/none", "--widths", "1,2", "--contexts", "32,64", "--prefills", "16",
+                "-o", "self-spec.trials=2", "--tokens", "8"],
 }
 
 

@@ -27,6 +27,8 @@ def add_parser(sub) -> None:
                    help="DTYPE/MODE list (default: every candidate)")
     p.add_argument("--widths", default=",".join(map(str, engine_profile.WIDTHS)))
     p.add_argument("--contexts", default=",".join(map(str, engine_profile.CONTEXTS)))
+    p.add_argument("--prefills", default=",".join(map(str, engine_profile.PREFILLS)),
+                   help="prompt lengths whose prefill is timed, ours and transformers' (default: %(default)s)")
     p.add_argument("--no-drafters", action="store_true", help="skip the drafters' and transformers peers' costs")
     p.add_argument("--tokens", type=int, default=48,
                    help="tokens per generation when measuring a drafter or peer (two each, after a warm-up; "
@@ -74,13 +76,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
         configs = [tuple(c.split("/")) for c in args.configs.split(",") if c]
         widths = [int(w) for w in args.widths.split(",")]
         contexts = [int(c) for c in args.contexts.split(",")]
+        prefills = [int(n) for n in args.prefills.split(",")]
     except ValueError:
-        raise UsageError("--configs DTYPE/MODE,..., --widths and --contexts comma-separated integers") from None
+        raise UsageError("--configs DTYPE/MODE,...; --widths, --contexts and --prefills comma-separated integers") from None
     for c in configs:
         if len(c) != 2 or c[0] not in DTYPE_CHOICES[1:] or c[1] not in COMPILE_CHOICES[1:]:
             raise UsageError(f"--configs: '{'/'.join(c)}' is not DTYPE/MODE (e.g. bfloat16/default)")
-    if not widths or min(widths) < 1 or not contexts or min(contexts) < 1:
-        raise UsageError("--widths and --contexts must be positive")
+    if not widths or min(widths) < 1 or not contexts or min(contexts) < 1 or not prefills or min(prefills) < 1:
+        raise UsageError("--widths, --contexts and --prefills must be positive")
     if args.tokens < 4:
         raise UsageError(f"--tokens {args.tokens}: a drafter needs at least 4 tokens to show its rounds")
     registry = build_registry()
@@ -100,6 +103,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(f"updated the drafters of {path}")
         return 0
     engine_profile.run_profile(args.model, args.device, threads, configs, widths, contexts, Path(args.out),
-                not args.no_drafters, log=log, variants=variants, registry=registry, tokens=args.tokens)
+                not args.no_drafters, log=log, variants=variants, registry=registry, tokens=args.tokens,
+                prefills=prefills)
     print(f"wrote {args.out}/profile.json, profile.md, profile.png")
     return 0
