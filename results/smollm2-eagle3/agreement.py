@@ -54,7 +54,7 @@ def main() -> int:
         path = resolve_head_path(target, "" if ref == "shipped" else ref, kind)
         head, rows = load_head(path, target, 8192, kind)  # the trained rows, all 8192 of them
         head = head.float()
-        layers = head.layers if hasattr(head, "layers") else (target.n_layers,)
+        layers = head.layers if head.capture else (target.n_layers,)  # EAGLE: the state after the last layer
         if layers not in features:
             features[layers] = held_out_features(target, ds, held, layers, 16)
         convs = Conversations(rows_ds, features[layers], target, rows, normed=False)
