@@ -16,15 +16,31 @@ OUT=results/smollm2-data-scaling
 CKPT="${SCALING_CKPT:-${SPECHARNESS_CACHE:-$HOME/.cache/specharness}/scaling}"
 BENCH="${SPECBENCH:-../shared/specbench/question.jsonl}"
 DATA=(-o conversations=1100 -o held_out=0.05)
+if [ "${STAGE:-all}" != eagle3 ]; then  # STAGE=eagle3: only the EAGLE-3 stage below
+    for size in 256 all; do
+        n=$([ "$size" = all ] && echo 0 || echo "$size")
+        [ -f "$CKPT/kangaroo-$size/report.json" ] || python -m specharness train kangaroo "${DATA[@]}" \
+            -o train_conversations="$n" -o epochs=4 --threads 2 --out "$CKPT/kangaroo-$size"
+        [ -f "$CKPT/eagle-$size/report.json" ] || python -m specharness train eagle "${DATA[@]}" \
+            -o train_conversations="$n" -o epochs=4 --threads 2 --out "$CKPT/eagle-$size"
+    done
+    python -m specharness compare \
+        --methods "vanilla,kangaroo:adapter=$CKPT/kangaroo-256,kangaroo:adapter=$CKPT/kangaroo-all,eagle:head=$CKPT/eagle-256,eagle:head=$CKPT/eagle-all" \
+        --dtype float32 --compile none --bench-file "$BENCH" --limit "${LIMIT:-4}" --max-new-tokens 128 \
+        --repeats 1 --warmup 1 --threads 2 --out-dir "$OUT" --resume
+fi
+# EAGLE-3 (issue 36) on the same data and sizes, 4 epochs x 3 unrolled steps, with the options the EAGLE
+# checkpoints above ran at (depth 5, the head's 8192 draft rows): its own interleaved run with its own
+# vanilla in eagle3/ (the four checkpoints above were run at 2063665, before EAGLE-3 existed); the report
+# reads both folders, each method against the vanilla of its own command.
 for size in 256 all; do
     n=$([ "$size" = all ] && echo 0 || echo "$size")
-    [ -f "$CKPT/kangaroo-$size/report.json" ] || python -m specharness train kangaroo "${DATA[@]}" \
-        -o train_conversations="$n" -o epochs=4 --threads 2 --out "$CKPT/kangaroo-$size"
-    [ -f "$CKPT/eagle-$size/report.json" ] || python -m specharness train eagle "${DATA[@]}" \
-        -o train_conversations="$n" -o epochs=4 --threads 2 --out "$CKPT/eagle-$size"
+    [ -f "$CKPT/eagle3-$size/report.json" ] || python -m specharness train eagle3 "${DATA[@]}" \
+        -o train_conversations="$n" -o epochs=4 --threads 2 --out "$CKPT/eagle3-$size"
 done
+E3=depth=5:draft_vocab=8192
 python -m specharness compare \
-    --methods "vanilla,kangaroo:adapter=$CKPT/kangaroo-256,kangaroo:adapter=$CKPT/kangaroo-all,eagle:head=$CKPT/eagle-256,eagle:head=$CKPT/eagle-all" \
+    --methods "vanilla,eagle3:head=$CKPT/eagle3-256:$E3,eagle3:head=$CKPT/eagle3-all:$E3" \
     --dtype float32 --compile none --bench-file "$BENCH" --limit "${LIMIT:-4}" --max-new-tokens 128 \
-    --repeats 1 --warmup 1 --threads 2 --out-dir "$OUT" --resume
-python -m specharness report "$OUT" --out "$OUT/report"
+    --repeats 1 --warmup 1 --threads 2 --out-dir "$OUT/eagle3" --resume
+python -m specharness report "$OUT" "$OUT/eagle3" --out "$OUT/report"
