@@ -6,7 +6,7 @@
 # method, methods interleaved question by question in rotating order, nothing compiled while timing. Then
 # every bfloat16 divergence certified, the profile of every drafter here, the report with its prediction.
 # Every option that matters is named, so a later change of defaults does not change what a rerun measures.
-# Run it from anywhere with nothing else on the machine (about 70 minutes); rerunning resumes.
+# Run it from anywhere with nothing else on the machine (about 50 minutes); rerunning resumes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=results/smollm2-cpu-epyc-leaderboard
