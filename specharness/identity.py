@@ -241,9 +241,7 @@ def compare_turn(method, vanilla, ids: list[int], max_new_tokens: int, ref: Refe
         vt, mt = (v[p] if p < len(v) else None), (m[p] if p < len(m) else None)
         d = judge(ref, prefix + v[:p], vt, mt, tol, {**where, "position": len(prefix) - len(ids) + p}, legacy)
         result.divergences.append(d)
-        log(f"  divergence: question {d.question_id} ({d.subtask}) turn {d.turn + 1} position {d.position}: vanilla "
-            f"{vt} (gap {_fmt(d.vanilla_gap)}), method {mt} (gap {_fmt(d.method_gap)}); bound {d.tolerance:.3g} -> "
-            f"{'certified near-tie' if d.kind == 'near-tie' else 'BUG'}")
+        log(divergence_line(d))
         if vt is None or vt in eos:
             break
         prefix += v[:p + 1]
@@ -255,6 +253,13 @@ def compare_turn(method, vanilla, ids: list[int], max_new_tokens: int, ref: Refe
 
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.3g}"
+
+
+def divergence_line(d: Divergence) -> str:
+    """One divergence, where and how far each token sits below the reference's top, and the verdict."""
+    return (f"  divergence: question {d.question_id} ({d.subtask}) turn {d.turn + 1} position {d.position}: vanilla "
+            f"{d.vanilla_token} (gap {_fmt(d.vanilla_gap)}), method {d.method_token} (gap {_fmt(d.method_gap)}); "
+            f"bound {d.tolerance:.3g} -> {'certified near-tie' if d.kind == 'near-tie' else 'BUG'}")
 
 
 def greedy_check(target, method, vanilla, questions, max_new_tokens: int, tol: Tolerance, log=print,
@@ -351,6 +356,8 @@ def certify(directory: Path, bench_file: str | None = None, log=print, legacy: b
                         ref, ids + a[:p], a[p] if p < len(a) else None, b[p] if p < len(b) else None, tol,
                         {"question_id": q.question_id, "subtask": q.subtask, "turn": t, "position": p},
                         (target, old) if old is not None else None))
+                    if res.divergences[-1].kind == "bug":  # named in the log: where to look, without the JSON
+                        log(f"{r.label}:{divergence_line(res.divergences[-1])}")
                     break
                 res.tokens_compared += len(a)
                 res.identical_turns += 1

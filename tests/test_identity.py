@@ -3,6 +3,7 @@ against an independent float32 reference with a bound the code under test cannot
 
 from __future__ import annotations
 
+import json
 import math
 from types import SimpleNamespace
 
@@ -109,3 +110,28 @@ def test_a_broken_wide_path_is_certified_by_the_old_rule_and_caught_by_the_refer
     caught = [d for d in r.divergences if d.legacy_kind == "near-tie" and d.kind == "bug"]
     assert caught, [(d.legacy_kind, d.kind, d.method_gap) for d in r.divergences]
     assert not r.passed
+
+
+def test_certify_judges_each_file_against_its_vanilla_and_names_what_it_cannot_certify(tmp_path, capsys):
+    """`lossless --certify` over a benchmark folder: a float32 pld file identical to vanilla passes;
+    the same file with one token swapped for one the reference ranks far below is a bug, named in
+    the log with its question and position, counted in identity_certified.json, and the command fails."""
+    from specharness.cli import main
+    from specharness.results import read_results
+    out = tmp_path / "cmp"
+    quick = ["--subtasks", "qa", "--limit", "1", "--max-new-tokens", "8", "--warmup", "0", "--repeats", "1"]
+    assert main(["compare", "--methods", "vanilla,pld", "--out-dir", str(out), *quick]) == 0
+    assert main(["lossless", "--certify", str(out)]) == 0
+    assert "0 uncertified" in capsys.readouterr().out
+    pld = next(out.glob("pld-*.jsonl"))
+    record = json.loads(pld.read_text().splitlines()[0])
+    ids = record["choices"][0]["token_ids"][0]
+    _, [vanilla] = read_results(next(out.glob("vanilla-*.jsonl")))
+    assert ids == vanilla.token_ids[0] and len(ids) > 3
+    ids[2] = (ids[2] + 1) % 1000 + 7  # any other token: the reference ranks the greedy one first by more than 1e-4
+    pld.write_text(json.dumps(record) + "\n")
+    assert main(["lossless", "--certify", str(out)]) == 1
+    log = capsys.readouterr().out
+    assert "1 uncertified" in log and f"turn 1 position 2: vanilla {vanilla.token_ids[0][2]}" in log and "BUG" in log
+    [bug] = json.loads((out / "identity_certified.json").read_text())["pld"]["mismatches"]
+    assert (bug["position"], bug["method_token"], bug["kind"]) == (2, ids[2], "bug") and bug["method_gap"] > 1e-4
