@@ -357,7 +357,7 @@ def certify(directory: Path, bench_file: str | None = None, log=print, legacy: b
                         {"question_id": q.question_id, "subtask": q.subtask, "turn": t, "position": p},
                         (target, old) if old is not None else None))
                     if res.divergences[-1].kind == "bug":  # named in the log: where to look, without the JSON
-                        log(f"{r.label}:{divergence_line(res.divergences[-1])}")
+                        log(f"{r.label}: {divergence_line(res.divergences[-1]).strip()}")
                     break
                 res.tokens_compared += len(a)
                 res.identical_turns += 1
