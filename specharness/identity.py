@@ -241,7 +241,7 @@ def compare_turn(method, vanilla, ids: list[int], max_new_tokens: int, ref: Refe
         vt, mt = (v[p] if p < len(v) else None), (m[p] if p < len(m) else None)
         d = judge(ref, prefix + v[:p], vt, mt, tol, {**where, "position": len(prefix) - len(ids) + p}, legacy)
         result.divergences.append(d)
-        log(divergence_line(d))
+        log(f"  {divergence_line(d)}")
         if vt is None or vt in eos:
             break
         prefix += v[:p + 1]
@@ -257,7 +257,7 @@ def _fmt(x: float | None) -> str:
 
 def divergence_line(d: Divergence) -> str:
     """One divergence, where and how far each token sits below the reference's top, and the verdict."""
-    return (f"  divergence: question {d.question_id} ({d.subtask}) turn {d.turn + 1} position {d.position}: vanilla "
+    return (f"divergence: question {d.question_id} ({d.subtask}) turn {d.turn + 1} position {d.position}: vanilla "
             f"{d.vanilla_token} (gap {_fmt(d.vanilla_gap)}), method {d.method_token} (gap {_fmt(d.method_gap)}); "
             f"bound {d.tolerance:.3g} -> {'certified near-tie' if d.kind == 'near-tie' else 'BUG'}")
 
@@ -352,12 +352,12 @@ def certify(directory: Path, bench_file: str | None = None, log=print, legacy: b
                     ids = prompt_ids(target, messages, meta["max_new_tokens"])[0]
                     res.tokens_compared += p + 1
                     res.not_compared_tokens += len(a) - p - 1 + sum(len(x) for x in v.token_ids[t + 1:])
-                    res.divergences.append(judge(
-                        ref, ids + a[:p], a[p] if p < len(a) else None, b[p] if p < len(b) else None, tol,
-                        {"question_id": q.question_id, "subtask": q.subtask, "turn": t, "position": p},
-                        (target, old) if old is not None else None))
-                    if res.divergences[-1].kind == "bug":  # named in the log: where to look, without the JSON
-                        log(f"{r.label}: {divergence_line(res.divergences[-1]).strip()}")
+                    d = judge(ref, ids + a[:p], a[p] if p < len(a) else None, b[p] if p < len(b) else None, tol,
+                              {"question_id": q.question_id, "subtask": q.subtask, "turn": t, "position": p},
+                              (target, old) if old is not None else None)
+                    res.divergences.append(d)
+                    if d.kind == "bug":  # named in the log: where to look, without the JSON
+                        log(f"{r.label}: {divergence_line(d)}")
                     break
                 res.tokens_compared += len(a)
                 res.identical_turns += 1

@@ -42,7 +42,8 @@ def test_greedy_identical_to_vanilla(smol, vanilla_greedy, first_questions, kw):
     assert max(r.drafted for r in g.rounds) == d.total and all(r.width == r.drafted + 1 for r in g.rounds[1:])
 
 
-def test_the_shipped_head_on_its_defaults_is_greedy_identical_on_every_subtask(smol, vanilla_greedy, identity_questions):
+def test_the_shipped_head_on_its_defaults_is_greedy_identical_on_every_subtask(smol, vanilla_greedy,
+                                                                               identity_questions):
     """The defaults a user runs (the shipped head, depth 3, 4096 of its rows) on one question per subtask
     (two subtasks by default: ``identity_questions``)."""
     d = eg.build(smol, resolve_options("eagle", eg.OPTIONS, {}))

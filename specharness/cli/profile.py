@@ -78,7 +78,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         contexts = [int(c) for c in args.contexts.split(",")]
         prefills = [int(n) for n in args.prefills.split(",")]
     except ValueError:
-        raise UsageError("--configs DTYPE/MODE,...; --widths, --contexts and --prefills comma-separated integers") from None
+        raise UsageError("--configs DTYPE/MODE,...; --widths, --contexts and --prefills comma-separated "
+                         "integers") from None
     for c in configs:
         if len(c) != 2 or c[0] not in DTYPE_CHOICES[1:] or c[1] not in COMPILE_CHOICES[1:]:
             raise UsageError(f"--configs: '{'/'.join(c)}' is not DTYPE/MODE (e.g. bfloat16/default)")
