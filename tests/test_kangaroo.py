@@ -146,8 +146,8 @@ def _sample_many(target, make_drafter, prompt, n_new, temperature, n):
 
 def test_sampling_lossless_first_tokens(tiny, one_thread):
     """Tokens 2-3 (token 1 comes from the prefill) pass through a draft that is accepted (then
-    token 3 is the bonus) or rejected (token 2 resampled from the residual, token 3 drafted on a
-    cropped adapter cache with no room: a zero-draft round). Their joint must match the target's."""
+    token 3 is the bonus) or rejected (token 2 resampled from the residual, token 3 drafted on the
+    drafter's cropped cache with no room: a zero-draft round). Their joint must match the target's."""
     prompt, T, n = [1, 2, 3], 1.0, 4000
     exact = exact_sequence_distribution(tiny, prompt, 3, T)
     joint = Counter()
@@ -165,8 +165,8 @@ def test_sampling_lossless_first_tokens(tiny, one_thread):
 
 def test_sampling_lossless_multi_draft_and_draft_vocab(tiny, one_thread):
     """gamma = 2 with a draft head restricted to 5 of 8 tokens (q = 0 elsewhere): the 4th token's
-    marginal covers rounds that accept everything (the last draft's state is fed to the adapter
-    next round) and rounds that reject; it must match the target's exact marginal."""
+    marginal covers rounds that accept everything (the last draft's adapter K/V, written in its
+    round, is kept) and rounds that reject; it must match the target's exact marginal."""
     prompt, T, n = [4, 1], 0.8, 3000
     exact = exact_sequence_distribution(tiny, prompt, 4, T)
     marg = Counter()
@@ -204,6 +204,38 @@ def test_sampling_q_zero_outside_draft_vocab(tiny):
     assert torch.allclose(prop.q.sum(-1), torch.ones(len(prop.tokens)), atol=1e-5)
     assert all(t in (1, 6) for t in prop.tokens)
     assert prop.hidden.shape == (len(prop.tokens) + 1, tiny.hidden_size) and prop.layer == 2
+
+
+# ---- a draft token is one stack call; the drafter's cache is the target's and the adapter's own K/V -------------
+def test_a_draft_token_is_one_stack_call_and_the_drafters_cache_holds_what_the_layers_compute(tiny):
+    """Each round calls the drafter's one stack (shallow layers + adapter + head) once for the current
+    token and once per draft, and nothing else; after a generation, the drafter's cache holds at every
+    kept position the K/V the target's own layers [0, l) compute over the whole sequence at once, and
+    the adapter's K/V of their layer-l states (checked by a separate adapter pass)."""
+    l = 2
+    adapter = ka.Adapter.for_target(tiny, seed=4, std=0.3).eval()
+    d = kg.KangarooDrafter(tiny, adapter, l, 0.0, 3)  # eta 0: every round drafts its full budget
+    calls = []
+    forward = tiny.forward
+    tiny.forward = lambda *a, **k: calls.append(k.get("stack", "")) or forward(*a, **k)
+    try:
+        gen = generate(tiny, d, greedy, [1, 2, 3, 4], 12)
+    finally:
+        tiny.forward = forward
+    drafted = [r.drafted for r in gen.rounds[1:]]
+    assert sum(c == d.stack for c in calls) == sum(k + 1 for k in drafted) + 1  # + the prompt's adapter pass
+    assert sum(c == "" for c in calls) == 1 + len(drafted)  # the prefill and one verification a round
+    seq = [1, 2, 3, 4] + gen.token_ids
+    n = d.cache.lengths[0]
+    assert n == len(seq) - 1 and d.cache.lengths == [n] * (l + 1)  # every position but the new current token
+    with torch.inference_mode():
+        ref = tiny.new_cache(32)
+        h = tiny.forward(torch.tensor(seq[:n]), ref, 0, 0, l).hidden
+        ref_adapter = tiny.new_cache(32, n_layers=1)
+        adapter(tiny, h, ref_adapter, 0)
+    torch.testing.assert_close(d.cache.keys[:l, :, :n], ref.keys[:l, :, :n], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(d.cache.values[:l, :, :n], ref.values[:l, :, :n], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(d.cache.keys[l, :, :n], ref_adapter.keys[0, :, :n], rtol=1e-4, atol=1e-5)
 
 
 # ---- the adapter's cache is consistent ------------------------------------------------------------------

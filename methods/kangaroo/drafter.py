@@ -6,17 +6,24 @@ KV cache, residual -> RMSNorm) -> the target's shared LM head (optionally only t
 ``draft_vocab`` most frequent tokens of the self-distillation data: a cheaper draft step, still
 lossless because verification is exact and speculative sampling is exact for any draft q).
 
-A round, with ``pos`` the position of the current token (chosen by the target, not yet run):
+A draft step is one compiled graph: the target's layers [0, l) (the target's own tensors and layer
+code) and the adapter block, its norm and head rows run as one stack (``TargetModel.add_stack``)
+over the drafter's own cache of l + 1 layers: the shallow layers' K/V, then the adapter's. Only the
+drafter runs layers [0, l) after the prompt (verification starts at layer l), so their K/V live
+in its cache, copied from the engine's prefill once per prompt. A round, with ``pos`` the position
+of the current token (chosen by the target, not yet run):
 
-    h_cur = layers[0, l)(current)                                  (shared cache, position pos)
-    adapter(pending + h_cur) -> head -> d1, conf1                   (adapter cache)
-    h_1 = layers[0, l)(d1); stop if conf1 <= eta or gamma reached; else adapter(h_1) -> d2 ...
+    step(current)  -> h_cur (layer-l state, captured), draft logits -> d1, conf1
+    step(d1)       -> h_1, logits -> d2, conf2      (while conf > eta and gamma not reached)
+    ...
+    step(dk)       -> h_k                           (its logits unused)
     Proposal(tokens d1..dk, hidden = [h_cur, h_1..h_k], layer = l)  -> engine verifies [l, L)
 
 so the shallow layers never run twice for a token, and verification starts at layer l. The last
-draft d_k never passes through the adapter in its round; when it is accepted its saved layer-l
-state is fed to the adapter at the start of the next round (``pending``), as the authors do,
-instead of redoing a shallow pass. ``commit`` crops the adapter cache to the accepted length.
+draft passes the adapter too (its logits unused): the adapter then has seen every position the
+round ran, so the next round needs no catch-up pass, and a round makes k + 1 graph calls, not
+2k + 1 (``results/smollm2-cpu-epyc-leaderboard``'s profile: 1.75x the byte roofline per draft
+token as two calls a token). ``commit`` crops the drafter's cache to the accepted length.
 
 Confidence (the early-exit test) is the top-1 probability of the draft distribution the token was
 taken from: softmax of the draft logits at temperature 1 for greedy decoding, at the decoding
@@ -37,7 +44,7 @@ from specharness import draft_vocab
 from specharness.api import DecodeState, Proposal
 from specharness.errors import UsageError
 from specharness.options import OptionSpec, resolve_options
-from specharness.model import TargetModel, read_bytes, stack_name
+from specharness.model import TargetModel, stack_name
 from specharness.training import checkpoint_summary
 
 from .adapter import Adapter
@@ -71,33 +78,31 @@ class KangarooDrafter:
             head = adapter.lm_head.weight.detach()
         else:
             head = target.head_rows(rows) if rows is not None else target.head_weight
-        # adapter -> norm -> head rows run as a stack of the target's layout, through its backend (compiled
-        # with the target's dtype and mode, in warm-up): the draft step is not eager Python
-        self.stack = target.add_stack(stack or stack_name("kangaroo", None), [adapter.layer_weights()],
-                                      adapter.norm.weight.detach(), head,
-                                      max_width=2)  # a round's adapter rows: the last accepted draft + the current
-        self.skip = ((), ()) if adapter.ffn else ((), (0,))  # the published adapter has no feed-forward block
-        # a draft token: the shallow layers' pass, then the adapter block, its norm and the head rows
-        self.draft_bytes = (read_bytes(target.layers_w[:exit_layer])
-                            + target.backend.stacks[self.stack].read_bytes(self.skip))
-        self.cache = None
-        self.pending: torch.Tensor | None = None  # layer-l states not yet in the adapter cache
-        self.stats = {"rounds": 0, "drafted": 0, "adapter_rows": 0}
-
-    # the adapter's own cache: its length is the first position whose state it has not seen
-    @property
-    def adapter_len(self) -> int:
-        return self.cache.lengths[0]
+        # shallow layers -> adapter -> norm -> head rows as one stack of the target's layout, through its
+        # backend (compiled with the target's dtype and mode, in warm-up): a draft token is one graph call
+        self.stack = target.add_stack(stack or stack_name("kangaroo", None),
+                                      [*target.layers_w[:exit_layer], adapter.layer_weights()],
+                                      adapter.norm.weight.detach(), head)
+        self.skip = ((), ()) if adapter.ffn else ((), (exit_layer,))  # the published adapter has no feed-forward block
+        self.draft_bytes = target.backend.stacks[self.stack].read_bytes(self.skip)  # what one draft step reads
+        self.cache = None  # layers [0, l) (the shallow layers' K/V) and l (the adapter's)
+        self.stats = {"rounds": 0, "drafted": 0}
 
     def begin(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
-        self.cache = self.t.new_cache(state.cache.max_len, n_layers=1)
-        self.pending = None
-        if prefill_hidden is not None and prefill_hidden.shape[0]:  # the prompt's adapter KV
-            self.t.forward(prefill_hidden, self.cache, 0, stack=self.stack, skip=self.skip, prefill=True)
+        t, l, n = self.t, self.exit_layer, state.prompt_len
+        self.cache = t.new_cache(state.cache.max_len, n_layers=l + 1)
+        for mine, engine in ((self.cache.keys, state.cache.keys), (self.cache.values, state.cache.values)):
+            mine[:l, :, :n] = engine[:l, :, :n]  # the prompt's shallow K/V, from the engine's prefill
+        self.cache.lengths[:l] = [n] * l
+        if prefill_hidden is not None and prefill_hidden.shape[0]:  # the prompt's adapter K/V
+            t.forward(prefill_hidden, self.cache, 0, l, l + 1, stack=self.stack, skip=self.skip, prefill=True)
 
-    def _draft_logits(self, x: torch.Tensor, start: int) -> torch.Tensor:
-        self.stats["adapter_rows"] += x.shape[0]
-        return self.t.forward(x, self.cache, start, stack=self.stack, skip=self.skip, head=True).logits[-1].float()
+    def _step(self, token: int, pos: int):
+        """One draft step at ``pos``: the token through the shallow layers (its layer-l state captured)
+        and the adapter, to the draft logits for position pos + 1."""
+        t, l = self.t, self.exit_layer
+        return t.forward(torch.tensor([token], device=t.device), self.cache, pos, 0, l + 1, head=True,
+                         capture=(l - 1,), skip=self.skip, stack=self.stack)
 
     def keep_drafting(self, state: DecodeState, i: int, token: int, confidence: float) -> bool:
         """The first early exit: go on after draft ``i`` only while it was confident (> eta).
@@ -106,44 +111,26 @@ class KangarooDrafter:
 
     def propose(self, state: DecodeState) -> Proposal:
         t, l, pos = self.t, self.exit_layer, state.pos
-        h_cur = t.layers(torch.tensor([state.ids[-1]], device=t.device), pos, 0, l, state.cache)
         budget = min(self.gamma, state.max_draft, state.budget)
-        first = self.adapter_len
-        x = h_cur if self.pending is None else torch.cat([self.pending, h_cur])
-        self._states = x  # layer-l states of positions first .. pos (+ drafts below)
-        self._first = first
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
-        hs = [h_cur]
-        start = first
-        sampling = state.temperature > 0
-        for i in range(budget):
-            d = draft_vocab.draw(self._draft_logits(x, start), self.rows, t.vocab_size, state.temperature,
-                                 state.generator)
-            tok, conf = d.token, d.confidence
+        out = self._step(state.ids[-1], pos)
+        hs = [out.captured[l - 1]]
+        while len(tokens) < budget:
+            d = draft_vocab.draw(out.logits[-1].float(), self.rows, t.vocab_size, state.temperature, state.generator)
             if d.q is not None:
                 qs.append(d.q)
-            tokens.append(tok)
-            h = t.layers(torch.tensor([tok], device=t.device), pos + 1 + i, 0, l, state.cache)
-            hs.append(h)
-            if i + 1 == budget or not self.keep_drafting(state, i, tok, conf):
+            tokens.append(d.token)
+            out = self._step(d.token, pos + len(tokens))
+            hs.append(out.captured[l - 1])
+            if not self.keep_drafting(state, len(tokens) - 1, d.token, d.confidence):
                 break
-            x, start = h, pos + 1 + i
-        hidden = torch.cat(hs)
-        self._states = torch.cat([self._states, hidden[1:]]) if len(hs) > 1 else self._states
-        self.pending = None
         self.stats["rounds"] += 1
         self.stats["drafted"] += len(tokens)
-        return Proposal(tokens, torch.stack(qs) if sampling and qs else None, hidden, l)
+        return Proposal(tokens, torch.stack(qs) if state.temperature > 0 and qs else None, torch.cat(hs), l)
 
     def commit(self, state: DecodeState, accepted: int) -> None:
-        keep = state.pos  # the new current token's position: positions < keep are final
-        self.cache.crop(keep)
-        have = self.adapter_len
-        if have < keep:  # accepted positions the adapter has not seen (the last draft, or no drafts)
-            self.pending = self._states[have - self._first:keep - self._first]
-        else:
-            self.pending = None
+        self.cache.crop(state.pos)  # the new current token's position: every position before it is final
 
 
 # ---- building from options ---------------------------------------------------------------------------
@@ -200,7 +187,7 @@ def build(target: TargetModel, options: dict, drafter_class: type = None) -> Kan
     adapter, vocab, cfg = _resolve_adapter(target, opts)
     rows = _draft_rows(target, opts, vocab, cfg, adapter.own_head_rows)
     stack = stack_name("kangaroo", _adapter_dir(target, opts) or opts["adapter"], l,
-                       None if rows is None else rows.numel())
+                       None if rows is None else rows.numel(), "shallow layers + adapter")
     return (drafter_class or KangarooDrafter)(target, adapter, l, opts["eta"], opts["gamma"], rows, stack)
 
 
