@@ -94,7 +94,8 @@ def test_drafter_graphs_compile_in_warm_up_never_while_timing_and_keep_the_greed
     frontiers) and early exit (a stack of the target's own first layers with a draft-vocabulary head,
     writing the target's cache) on a compiled float32 target: warm-up compiles the drafter stacks'
     graphs, the timed run compiles nothing (no new graph, no dynamo recompile), and all give
-    vanilla's tokens. The default run compiles EAGLE's stack (the one drafted at tree frontiers, with
+    vanilla's tokens; Medusa's heads (no stack) are compiled the same way, as a module. The default run
+    compiles EAGLE's stack (the one drafted at tree frontiers, with
     its own positions and mask) through torch.compile; under -m slow, all three through the graph store
     (the user's default), where every stack kind also exports and packages."""
     from specharness import draft_vocab
@@ -114,7 +115,9 @@ def test_drafter_graphs_compile_in_warm_up_never_while_timing_and_keep_the_greed
                # a frontier of one node at depth 2 (the stack at its own positions and mask), one draft kept:
                # verification at widths 1-2 only, so the test compiles few graphs
                build_method(registry, "eagle", ["head=untrained", "draft_vocab=0", "depth=2", "top_k=1",
-                                                "total_tokens=1"], t, 0.0)]
+                                                "total_tokens=1"], t, 0.0),
+               # Medusa's heads are no stack: the backend compiles them as a module of their own (run_module)
+               build_method(registry, "medusa", ["heads_path=random", "heads=2", "tree=chain", "draft_vocab=0"], t, 0.0)]
     if store:
         methods += [build_method(registry, "kangaroo", ["adapter=random", "exit_layer=1", "eta=0", "gamma=1"], t, 0.0),
                     build_method(registry, "early_exit", ["exit_layer=1", "gamma=2", "draft_vocab=20"], t, 0.0)]
@@ -125,7 +128,8 @@ def test_drafter_graphs_compile_in_warm_up_never_while_timing_and_keep_the_greed
     assert set(warm["verify_ms_by_width"]) == {str(g.width) for g in t.backend.graphs if not g.stack and g.a == 0
                                                and g.head and not g.capture and g.ids and g.width != "wide"}
     stacks = {g.stack.split("-")[0] for g in t.backend.graphs if g.stack}
-    assert stacks == {m.name for m in methods[1:]}, sorted(g.describe() for g in t.backend.graphs)
+    assert stacks == {m.name for m in methods[1:]} - {"medusa"}, sorted(g.describe() for g in t.backend.graphs)
+    assert [type(m).__name__ for m in t.backend.modules] == ["DraftStep"]  # Medusa's heads, compiled in warm-up
     if store:  # every stack kind exports and packages (the user's default path), none fell back to torch.compile
         assert t.backend.store.failures == {} and t.backend.store.built == t.backend.graphs
     else:
@@ -142,3 +146,26 @@ def test_drafter_graphs_compile_in_warm_up_never_while_timing_and_keep_the_greed
     assert not announced, f"compiled while timing: {[k.describe() for k in announced]}"
     assert all(outs[m.name].token_ids == outs["vanilla"].token_ids for m in methods)
     assert all(sum(r.drafted for r in outs[m.name].rounds) > 0 for m in methods[1:])
+
+
+def test_a_drafter_module_that_cannot_compile_runs_eagerly_and_says_so(capsys):
+    """``run_module`` on a compiled target: a module that cannot be compiled (here one that branches on a
+    tensor's value, which a full graph cannot hold) runs eagerly from then on, with one line on stderr,
+    instead of ending the run; a module that compiles is kept compiled."""
+    class HostRead(torch.nn.Module):
+        def forward(self, x):
+            return x * 3 if x.sum() > 0 else x
+
+    class Scale(torch.nn.Module):
+        def forward(self, x):
+            return 2 * x
+
+    t = TargetModel.tiny("llama", vocab_size=16, n_layers=1, hidden_size=16, seed=2)
+    t.compile("default")
+    bad, good, x = HostRead(), Scale(), torch.ones(3)
+    with torch.inference_mode():
+        assert torch.equal(t.backend.run_module(bad, x), x * 3) and torch.equal(t.backend.run_module(bad, x), x * 3)
+        assert torch.equal(t.backend.run_module(good, x), 2 * x)
+    err = capsys.readouterr().err
+    assert err.count("note: HostRead could not be compiled") == 1 and "it runs eagerly" in err, err
+    assert t.backend.modules[bad] is bad and t.backend.modules[good] is not good

@@ -44,7 +44,7 @@ from specharness.options import OptionSpec
 from specharness.training import checkpoint_summary
 
 from .checkpoint import _find_checkpoint, has_checkpoint, heads_dir_for, load_heads, shipped_heads_dir
-from .heads import MedusaHeads, random_heads
+from .heads import DraftStep, MedusaHeads, random_heads
 from .trees import TREES, paths, structure
 
 # the shipped heads on a 2-core EPYC, sized tree (results/smollm2-cpu-epyc-defaults): 4096 rows 1.196x and
@@ -107,6 +107,7 @@ class MedusaDrafter:
                  rows: torch.Tensor | None = None) -> None:
         self.target, self.heads, self.rows = target, heads, rows
         self.head_w = heads.head_weights(target, rows)  # each head's LM-head rows, gathered once
+        self.step = DraftStep(heads, self.head_w).eval()  # compiled by the target's backend, as its stacks are
         # a draft token's share of one drafting step: every head's blocks and head rows (a shared head once)
         head_bytes = sum({id(w): w.numel() * w.element_size() for w in self.head_w}.values())
         self.draft_bytes = (heads.block_bytes() + head_bytes) // heads.n_heads
@@ -127,7 +128,7 @@ class MedusaDrafter:
         k = min(self.heads.n_heads, state.max_draft)
         if k <= 0:
             return Proposal()
-        logits = self.heads.logits(state.last_hidden, self.target, k, self.head_w)  # [k, V']: head d drafts depth d + 1
+        logits = self.target.backend.run_module(self.step, state.last_hidden)[:k]  # [k, V']: head d drafts depth d + 1
         if self.chain:  # one sequence: sampled from each head's q when sampling, else each head's top token
             if state.temperature > 0:
                 q = torch.softmax(logits.float() / state.temperature, dim=-1)

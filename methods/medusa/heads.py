@@ -83,15 +83,38 @@ class MedusaHeads(nn.Module):
                weights: list[torch.Tensor] | None = None) -> torch.Tensor:
         """[n, *h.shape[:-1], V]: head k's logits for the token k+1 positions after h's own, over the
         rows of ``weights`` (``head_weights``; default: every token)."""
-        x = self.features(h, n)
         weights = weights or self.head_weights(target)
-        if weights[0] is weights[-1]:  # one shared head: one matmul for every head
-            return F.linear(x, weights[0])
-        return torch.stack([F.linear(x[i], weights[i]) for i in range(x.shape[0])])
+        return project(self.features(h, n), weights, weights[0] is weights[-1])
 
     @property
     def n_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+class DraftStep(nn.Module):
+    """Every head's logits over its (draft-vocabulary) rows from one hidden state: what a round drafts
+    with, as one module the target's backend compiles (``run_module``). Always every head, so its one
+    input shape gives one graph; a round near the answer's end slices the heads it can use."""
+
+    def __init__(self, heads: MedusaHeads, weights: list[torch.Tensor]) -> None:
+        super().__init__()
+        self.heads = heads
+        self.shared = all(w is weights[0] for w in weights)  # one LM head for every head: one matmul
+        for i, w in enumerate(weights[:1] if self.shared else weights):  # buffers, not copies: frozen into the graph
+            self.register_buffer(f"w{i}", w, persistent=False)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """[n heads, V'] from one hidden state [H] (as a row: inductor's CPU linear fusion fails on a 1-D input)."""
+        x = self.heads.features(h.view(1, -1))
+        return project(x, [getattr(self, f"w{0 if self.shared else i}") for i in range(x.shape[0])], self.shared)[:, 0]
+
+
+def project(x: torch.Tensor, weights: list[torch.Tensor], shared: bool) -> torch.Tensor:
+    """[n, ..., V']: head i's features ``x[i]`` through its LM-head rows ``weights[i]``; ``shared``
+    (every head on one LM head): one matmul for all of them."""
+    if shared:
+        return F.linear(x, weights[0])
+    return torch.stack([F.linear(x[i], weights[i]) for i in range(x.shape[0])])
 
 
 def random_heads(target, n_heads: int, n_layers: int = 1, seed: int = RANDOM_SEED) -> MedusaHeads:

@@ -9,6 +9,7 @@ limits, inductor freezing, the C++ wrapper, the CPU accelerator pieces) come fro
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
+from torch import nn
 
 from ..engine_options import EngineOptions
 from .accel import amx_prefetch
@@ -155,6 +157,11 @@ class EagerBackend:
     def __call__(self, r: ForwardRequest) -> tuple:
         return self.stacks[r.stack](r.x, r.positions, r.slots, r.bias, r.keys, r.values, r.a, r.b, r.head, r.capture, r.skip)
 
+    def run_module(self, module: nn.Module, *args: torch.Tensor):
+        """A drafter's module that is no decoder stack (Medusa's residual heads), run as the target runs:
+        op by op here; ``CompiledBackend`` compiles it with the target's mode. Its inputs keep one shape."""
+        return module(*args)
+
 
 def _forward_wide(stack: DecoderStack, *args):
     """A second entry point (its own code object, so its own graph cache) for prefills and widths
@@ -206,6 +213,7 @@ class CompiledBackend(EagerBackend):
         self.packages: dict[tuple, Callable] = {}  # (graph key, its inputs' signature) -> the store's package
         self.building: dict[tuple, tuple] = {}  # (graph key, signature) -> (its build, stack, args, wide)
         self.deferred = False  # inside ``in_background``
+        self.modules: dict[nn.Module, Callable] = {}  # drafter modules that are no stack -> compiled (``run_module``)
         if device.type == "cpu" and options.aot_graphs and self.cpp_wrapper:
             from .graph_store import GraphStore
             self.store = GraphStore(mode, {k: v for k, v in options.record().items() if k in STORE_SWITCHES},
@@ -258,6 +266,26 @@ class CompiledBackend(EagerBackend):
 
     def _compile(self, stack: DecoderStack):
         return torch.compile(stack, fullgraph=True, mode=self.compile_mode)
+
+    def run_module(self, module: nn.Module, *args: torch.Tensor):
+        """The module compiled with the target's mode and inductor settings (frozen weights, the C++
+        wrapper), on its first call: in warm-up, since a drafter runs there before any timed round.
+        Not in the graph store: a second process traces it again (one small graph)."""
+        compiled = self.modules.get(module)
+        if compiled is not None:
+            return compiled(*args)
+        started = time.perf_counter()
+        self.modules[module] = torch.compile(module, fullgraph=True, mode=self.compile_mode)
+        try:
+            out = self.modules[module](*args)
+        except Exception as exc:  # a compiler failure must not end the run: this module runs eagerly from now on
+            from ..errors import exception_line
+            print(f"note: {type(module).__name__} could not be compiled ({exception_line(exc)}); it runs eagerly",
+                  file=sys.stderr)
+            self.modules[module] = module
+            out = module(*args)
+        self.compile_s += time.perf_counter() - started
+        return out
 
     def add_stack(self, name: str, stack: DecoderStack) -> None:
         super().add_stack(name, stack)
