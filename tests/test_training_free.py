@@ -93,6 +93,26 @@ def test_recycling_matrix_resets_per_question_unless_warm(registry):
     assert int((cold.matrix[:, 0] >= 0).sum()) == 0 and int((warm.matrix[:, 0] >= 0).sum()) >= filled
 
 
+def test_recycling_successors_come_from_its_draft_vocabulary_and_stay_lossless():
+    """With a draft vocabulary, each verified token's successors are the top-k of its logits over those
+    tokens alone (the cheap topk), drafting draws only them, and the greedy output is vanilla's."""
+    from specharness.methods.recycling import TokenRecycling
+    tiny = TargetModel.tiny("llama", vocab_size=16, n_layers=2, seed=2)
+    rows = torch.tensor([3, 5, 6, 9, 11, 12, 14])
+    d = TokenRecycling(tiny, 3, 7, False, rows)
+    prompt = [1, 2, 3]
+    g = generate(tiny, d, greedy, prompt, 16)
+    assert g.token_ids == generate(tiny, NoDraft(), greedy, prompt, 16).token_ids
+    assert sum(r.drafted for r in g.rounds) > 0
+    filled = d.matrix[d.matrix[:, 0] >= 0]
+    assert len(filled) and set(filled.flatten().tolist()) <= set(rows.tolist())
+    from specharness.api import Verified
+    logits = torch.randn(2, 16, generator=torch.Generator().manual_seed(0))
+    d.commit(None, Verified(0, 0, (), logits[:1], logits[:1], tree_tokens=[4, 7], tree_logits=logits))
+    for i, token in enumerate([4, 7]):  # each verified node's row: the top 3 of its logits over the rows, in order
+        assert d.matrix[token].tolist() == rows[logits[i][rows].topk(3).indices].tolist()
+
+
 def test_a_warm_matrix_never_learns_a_turn_from_its_own_earlier_runs(registry):
     """A benchmark runs each turn more than once (warm-up, repeats): warm, each run of a prompt starts
     from the matrix its first run started from, so a repeat drafts what the first run drafted, and
