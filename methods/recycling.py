@@ -79,14 +79,14 @@ class TokenRecycling:
         depth = state.max_draft
         if depth <= 0:
             return Proposal()
-        rows = self.matrix
+        successors = self.matrix
         token_of = {(): state.ids[-1]}
         tokens, parents, index = [], [], {(): 0}
         for p in self.paths:
             up = p[:-1]
             if len(p) > depth or up not in index:
                 continue
-            nxt = int(rows[token_of[up], p[-1]])
+            nxt = int(successors[token_of[up], p[-1]])
             if nxt < 0:
                 continue
             token_of[p] = nxt

@@ -9,9 +9,10 @@ handed over as q with zeros outside the subset, and speculative sampling keeps t
 distribution for any q.
 
 Where the ranking comes from: a trained drafter stores its own training answers' ranking (Kangaroo's
-adapter, EAGLE's head). The others (early exit, self-spec, Medusa) read the model's ranking: the one
-``python -m specharness train draft-vocab`` built in the cache, else the one shipped in
-``specharness/draft_vocabs/<model>.safetensors``. A model with neither drafts over the full head.
+adapter, EAGLE's head). The others (early exit, self-spec, Medusa, recycling's successors) read the
+model's ranking: the one ``python -m specharness train draft-vocab`` built in the cache, else the one
+shipped in ``specharness/draft_vocabs/<model>.safetensors``. A model with neither drafts over the full
+head.
 """
 
 from __future__ import annotations

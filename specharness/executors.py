@@ -230,13 +230,13 @@ def run_here(plan: RunPlan, session: Session, files: ResultFiles) -> int:
               f"({warm['warmup_s']:.0f} s of warm-up)", file=sys.stderr)
     files.update_meta(instrumentation_s_per_round=instrumentation_cost_s(plan.engine.device), warmup=warm,
                       executor={"name": "local"})
-    before = len(target.backend.graphs)
+    before = target.backend.compiled_count
     on_round = None
     if hook.specharness_round.get_hookimpls():
         on_round = lambda rd, ctx: hook.specharness_round(record=rd, context=ctx)  # noqa: E731
     run_all(target, files.methods, plan.questions, plan.settings, files.done,
             on_result=lambda result: hook.specharness_question_done(result=result), on_round=on_round)
-    return len(target.backend.graphs) - before
+    return target.backend.compiled_count - before
 
 
 def run_on_ray_workers(plan: RunPlan, session: Session, files: ResultFiles) -> int:

@@ -207,35 +207,45 @@ def test_sampling_q_zero_outside_draft_vocab(tiny):
 
 
 # ---- a draft token is one stack call; the drafter's cache is the target's and the adapter's own K/V -------------
-def test_a_draft_token_is_one_stack_call_and_the_drafters_cache_holds_what_the_layers_compute(tiny):
+@pytest.mark.parametrize("variant", ["published", "ffn", "own-head", "draft-vocab", "qwen2"])
+def test_a_draft_token_is_one_stack_call_and_the_drafters_cache_holds_what_the_layers_compute(tiny, variant):
     """Each round calls the drafter's one stack (shallow layers + adapter + head) once for the current
     token and once per draft, and nothing else; after a generation, the drafter's cache holds at every
     kept position the K/V the target's own layers [0, l) compute over the whole sequence at once, and
-    the adapter's K/V of their layer-l states (checked by a separate adapter pass)."""
+    the adapter's K/V of their layer-l states (checked by a separate adapter pass); the output is
+    vanilla's. For each adapter layout, and on a Qwen2 target (q/k/v biases in its layers, none in the
+    adapter's: one stack holds both)."""
     l = 2
-    adapter = ka.Adapter.for_target(tiny, seed=4, std=0.3).eval()
-    d = kg.KangarooDrafter(tiny, adapter, l, 0.0, 3)  # eta 0: every round drafts its full budget
+    target = TargetModel.tiny("qwen2", vocab_size=8, n_layers=4, hidden_size=32, n_heads=4, n_kv_heads=2,
+                              seed=1) if variant == "qwen2" else tiny
+    rows = torch.tensor([1, 2, 4, 6, 7])
+    adapter = ka.Adapter.for_target(target, seed=4, std=0.3, ffn=variant == "ffn",
+                                    head_rows=rows if variant == "own-head" else None).eval()
+    d = kg.KangarooDrafter(target, adapter, l, 0.0, 3, rows if variant == "draft-vocab" else None)  # eta 0: full budget
     calls = []
-    forward = tiny.forward
-    tiny.forward = lambda *a, **k: calls.append(k.get("stack", "")) or forward(*a, **k)
+    forward = target.forward
+    target.forward = lambda *a, **k: calls.append(k.get("stack", "")) or forward(*a, **k)
     try:
-        gen = generate(tiny, d, greedy, [1, 2, 3, 4], 12)
+        gen = generate(target, d, greedy, [1, 2, 3, 4], 12)
     finally:
-        tiny.forward = forward
+        del target.forward
+    assert gen.token_ids == generate(target, NoDraft(), greedy, [1, 2, 3, 4], 12).token_ids
     drafted = [r.drafted for r in gen.rounds[1:]]
+    assert sum(drafted) > len(drafted)  # rounds of more than one draft
     assert sum(c == d.stack for c in calls) == sum(k + 1 for k in drafted) + 1  # + the prompt's adapter pass
     assert sum(c == "" for c in calls) == 1 + len(drafted)  # the prefill and one verification a round
     seq = [1, 2, 3, 4] + gen.token_ids
     n = d.cache.lengths[0]
     assert n == len(seq) - 1 and d.cache.lengths == [n] * (l + 1)  # every position but the new current token
     with torch.inference_mode():
-        ref = tiny.new_cache(32)
-        h = tiny.forward(torch.tensor(seq[:n]), ref, 0, 0, l).hidden
-        ref_adapter = tiny.new_cache(32, n_layers=1)
-        adapter(tiny, h, ref_adapter, 0)
+        ref = target.new_cache(32)
+        h = target.forward(torch.tensor(seq[:n]), ref, 0, 0, l).hidden
+        ref_adapter = target.new_cache(32, n_layers=1)
+        adapter(target, h, ref_adapter, 0)
     torch.testing.assert_close(d.cache.keys[:l, :, :n], ref.keys[:l, :, :n], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(d.cache.values[:l, :, :n], ref.values[:l, :, :n], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(d.cache.keys[l, :, :n], ref_adapter.keys[0, :, :n], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(d.cache.values[l, :, :n], ref_adapter.values[0, :, :n], rtol=1e-4, atol=1e-5)
 
 
 # ---- the adapter's cache is consistent ------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Kangaroo: double early exiting self-speculative decoding (Liu et al., arXiv:2404.18911).
 
-Draft model = the target's layers [0, l) (frozen, writing the target's own KV cache) -> adapter
-(RMSNorm -> one attention block with the target's head layout, rotary embedding and its own 1-layer
-KV cache, residual -> RMSNorm) -> the target's shared LM head (optionally only the rows of the
+Draft model = the target's layers [0, l) (frozen, the target's own tensors) -> adapter (RMSNorm ->
+one attention block with the target's head layout and rotary embedding, residual -> RMSNorm) -> the
+target's shared LM head (optionally only the rows of the
 ``draft_vocab`` most frequent tokens of the self-distillation data: a cheaper draft step, still
 lossless because verification is exact and speculative sampling is exact for any draft q).
 
@@ -86,7 +86,6 @@ class KangarooDrafter:
         self.skip = ((), ()) if adapter.ffn else ((), (exit_layer,))  # the published adapter has no feed-forward block
         self.draft_bytes = target.backend.stacks[self.stack].read_bytes(self.skip)  # what one draft step reads
         self.cache = None  # layers [0, l) (the shallow layers' K/V) and l (the adapter's)
-        self.stats = {"rounds": 0, "drafted": 0}
 
     def begin(self, state: DecodeState, prefill_hidden: torch.Tensor | None) -> None:
         t, l, n = self.t, self.exit_layer, state.prompt_len
@@ -106,7 +105,7 @@ class KangarooDrafter:
 
     def keep_drafting(self, state: DecodeState, i: int, token: int, confidence: float) -> bool:
         """The first early exit: go on after draft ``i`` only while it was confident (> eta).
-        The oracle stop (methods/oracle.py) overrides this with the target's own answer."""
+        The oracle stop (methods/oracle/drafter.py) overrides this with the target's own answer."""
         return confidence > self.eta
 
     def propose(self, state: DecodeState) -> Proposal:
@@ -125,8 +124,6 @@ class KangarooDrafter:
             hs.append(out.captured[l - 1])
             if not self.keep_drafting(state, len(tokens) - 1, d.token, d.confidence):
                 break
-        self.stats["rounds"] += 1
-        self.stats["drafted"] += len(tokens)
         return Proposal(tokens, torch.stack(qs) if state.temperature > 0 and qs else None, torch.cat(hs), l)
 
     def commit(self, state: DecodeState, accepted: int) -> None:

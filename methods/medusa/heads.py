@@ -84,7 +84,7 @@ class MedusaHeads(nn.Module):
         """[n, *h.shape[:-1], V]: head k's logits for the token k+1 positions after h's own, over the
         rows of ``weights`` (``head_weights``; default: every token)."""
         weights = weights or self.head_weights(target)
-        return project(self.features(h, n), weights, weights[0] is weights[-1])
+        return project(self.features(h, n), weights, all(w is weights[0] for w in weights))
 
     @property
     def n_parameters(self) -> int:

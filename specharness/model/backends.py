@@ -125,6 +125,13 @@ class EagerBackend:
         self.store = None  # compiled graphs kept on disk (``graph_store.GraphStore``), where used
         # width -> a wider width whose compiled graph measured faster (``width_curve``; set after warm-up)
         self.route: dict[int, int] = {}
+        # drafter modules that are no stack -> what runs them (``CompiledBackend.run_module``: compiled)
+        self.modules: dict[nn.Module, Callable] = {}
+
+    @property
+    def compiled_count(self) -> int:
+        """Graphs and drafter modules compiled so far: a run counts what compiled while timing by it."""
+        return len(self.graphs) + len(self.modules)
 
     @property
     def stack(self) -> DecoderStack:
@@ -213,7 +220,6 @@ class CompiledBackend(EagerBackend):
         self.packages: dict[tuple, Callable] = {}  # (graph key, its inputs' signature) -> the store's package
         self.building: dict[tuple, tuple] = {}  # (graph key, signature) -> (its build, stack, args, wide)
         self.deferred = False  # inside ``in_background``
-        self.modules: dict[nn.Module, Callable] = {}  # drafter modules that are no stack -> compiled (``run_module``)
         if device.type == "cpu" and options.aot_graphs and self.cpp_wrapper:
             from .graph_store import GraphStore
             self.store = GraphStore(mode, {k: v for k, v in options.record().items() if k in STORE_SWITCHES},

@@ -34,7 +34,11 @@ class DecoderStack(nn.Module):
         super().__init__()
         P = lambda x: nn.Parameter(x, requires_grad=False)  # noqa: E731  (shares the tensor's storage)
         self.wqkv = nn.ParameterList([P(w.attn.wqkv) for w in layers])
-        self.bqkv = nn.ParameterList([P(w.attn.bqkv) for w in layers]) if layers[0].attn.bqkv is not None else None
+        # a stack mixing the target's layers with a drafter's (Kangaroo's: Qwen2's layers have q/k/v biases, its
+        # adapter none) gives the bias-free ones zeros: one layout for every layer
+        biased = [w.attn.bqkv for w in layers if w.attn.bqkv is not None]
+        self.bqkv = nn.ParameterList([P(w.attn.bqkv if w.attn.bqkv is not None else torch.zeros_like(biased[0]))
+                                      for w in layers]) if biased else None
         self.wo = nn.ParameterList([P(w.attn.wo) for w in layers])
         self.ln1 = nn.ParameterList([P(w.ln1) for w in layers])
         self.ln2 = nn.ParameterList([P(w.ln2) for w in layers])
