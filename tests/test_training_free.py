@@ -95,7 +95,7 @@ def test_recycling_matrix_resets_per_question_unless_warm(registry):
 
 def test_recycling_successors_come_from_its_draft_vocabulary_and_stay_lossless():
     """With a draft vocabulary, each verified token's successors are the top-k of its logits over those
-    tokens alone (the cheap topk), drafting draws only them, and the greedy output is vanilla's."""
+    tokens alone, drafting draws only them, and the greedy output is vanilla's."""
     from specharness.methods.recycling import TokenRecycling
     tiny = TargetModel.tiny("llama", vocab_size=16, n_layers=2, seed=2)
     rows = torch.tensor([3, 5, 6, 9, 11, 12, 14])

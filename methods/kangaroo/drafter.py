@@ -116,7 +116,7 @@ class KangarooDrafter:
         out = self._step(state.ids[-1], pos)
         hs = [out.captured[l - 1]]
         while len(tokens) < budget:
-            d = draft_vocab.draw(out.logits[-1].float(), self.rows, t.vocab_size, state.temperature, state.generator)
+            d = draft_vocab.draw(out.logits[-1], self.rows, t.vocab_size, state.temperature, state.generator)
             if d.q is not None:
                 qs.append(d.q)
             tokens.append(d.token)
@@ -124,7 +124,7 @@ class KangarooDrafter:
             hs.append(out.captured[l - 1])
             if not self.keep_drafting(state, len(tokens) - 1, d.token, d.confidence):
                 break
-        return Proposal(tokens, torch.stack(qs) if state.temperature > 0 and qs else None, torch.cat(hs), l)
+        return Proposal(tokens, torch.stack(qs) if qs else None, torch.cat(hs), l)
 
     def commit(self, state: DecodeState, accepted: int) -> None:
         self.cache.crop(state.pos)  # the new current token's position: every position before it is final

@@ -102,11 +102,12 @@ class DraftStep(nn.Module):
         self.shared = all(w is weights[0] for w in weights)  # one LM head for every head: one matmul
         for i, w in enumerate(weights[:1] if self.shared else weights):  # buffers, not copies: frozen into the graph
             self.register_buffer(f"w{i}", w, persistent=False)
+        self.names = ["w0" if self.shared else f"w{i}" for i in range(len(weights))]  # head i's buffer
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """[n heads, V'] from one hidden state [H] (as a row: inductor's CPU linear fusion fails on a 1-D input)."""
         x = self.heads.features(h.view(1, -1))
-        return project(x, [getattr(self, f"w{0 if self.shared else i}") for i in range(x.shape[0])], self.shared)[:, 0]
+        return project(x, [getattr(self, name) for name in self.names], self.shared)[:, 0]
 
 
 def project(x: torch.Tensor, weights: list[torch.Tensor], shared: bool) -> torch.Tensor:
