@@ -244,8 +244,18 @@ def warm_up(target: TargetModel, methods: list[Method], questions: list[Question
                 graphs += target.precompile(m.max_width, set(target.backend.used), m.verify_layer)
         else:
             graphs = target.precompile(max_width)
-        graphs += precompile_vanilla_widths(target)
+        stand_in = route_stand_in(target)
+        if stand_in is None:
+            graphs += precompile_vanilla_widths(target)
     target.backend.route = {}  # measured unrouted (an earlier warm-up in this process may have set one)
+    check = {}
+    if stand_in is not None:  # the whole model's widest graph only where the layers standing in say it pays
+        narrow, top = min(_vanilla_widths(target)), target.backend.static_top
+        times = verify_seconds(target, stand_in, [narrow, top])
+        check = {"route_check": {"layer": stand_in, "verify_ms_by_width": {str(w): round(t * 1e3, 3) for w, t in times.items()},
+                                 "built": bool(choose_route(times))}}
+        if check["route_check"]["built"]:
+            graphs += precompile_vanilla_widths(target)
     curve = verify_curve(target)
     target.backend.route = choose_route(curve)
     budgets = calibrate_budgets(target, methods, questions, s)  # after the route: costs as the run will see them
@@ -255,13 +265,39 @@ def warm_up(target: TargetModel, methods: list[Method], questions: list[Question
             **stored_graphs(target.backend),
             **({"budget": budgets} if budgets else {}),
             **({"verify_ms_by_width": {str(w): round(t * 1e3, 3) for w, t in curve.items()}} if curve else {}),
-            **({"route": {str(w): r for w, r in target.backend.route.items()}} if target.backend.route else {})}
+            **({"route": {str(w): r for w, r in target.backend.route.items()}} if target.backend.route else {}),
+            **check}
 
 
 def _vanilla_graphs(target: TargetModel) -> list:
     """The whole model's verification graphs (vanilla's step among them), compiled at static widths."""
     return [k for k in target.backend.graphs if k.a == 0 and k.b == target.n_layers and k.head and not k.capture
             and k.ids and k.skip == ((), ()) and not k.stack and k.width != "wide"]
+
+
+def _vanilla_widths(target: TargetModel) -> set[int]:
+    return {k.width for k in _vanilla_graphs(target)}
+
+
+def route_stand_in(target: TargetModel) -> int | None:
+    """The first layer of the verification graphs that decide whether the whole model's widest static graph
+    is worth building, or None where nothing stands in for it (``precompile_vanilla_widths`` then builds it
+    as it would). Where no method verifies through the whole model at the run's widest width but one
+    verifies from a later layer at vanilla's width and that widest one (Kangaroo's layers [l, L)), those
+    graphs have the whole model's matrix shapes at each width, hence its kernel choices where one inductor
+    cache served both, at a fraction of the wait: a first run builds the whole model's width-8 graph
+    (~100 s of a core on the 2-core EPYC) only when the stand-in's wide graph runs faster than its narrow
+    one, the case the route is for (``results/smollm2-cpu-epyc-first-run``)."""
+    full, top = _vanilla_widths(target), target.backend.static_top if target.backend.compiled else 0
+    if not full or top <= min(full) or top in full:
+        return None
+    narrow = min(full)
+    for a in sorted({k.a for k in target.backend.graphs if k.a > 0}):
+        widths = {k.width for k in target.backend.graphs if k.a == a and k.b == target.n_layers and k.head
+                  and not k.stack and k.skip == ((), ()) and not k.capture}
+        if {narrow, top} <= widths:
+            return a
+    return None
 
 
 def precompile_vanilla_widths(target: TargetModel) -> int:
@@ -286,7 +322,7 @@ def verify_curve(target: TargetModel) -> dict[int, float]:
     (``specharness.width_curve``), so a result keeps the curve its speedups were measured on."""
     if not target.backend.compiled:
         return {}
-    widths = sorted({k.width for k in _vanilla_graphs(target)})
+    widths = sorted(_vanilla_widths(target))
     return verify_seconds(target, 0, widths) if widths else {}
 
 

@@ -193,12 +193,25 @@ def test_warm_up_compiles_static_graphs_only_for_verification_widths():
 
 
 @pytest.mark.slow  # 45 s of compiling; the default run's drafter-stack test checks a run's graphs with drafters
-def test_warm_up_compiles_each_methods_graphs_only_for_its_own_layer_ranges():
+def test_warm_up_compiles_each_methods_graphs_only_for_its_own_layer_ranges(monkeypatch):
     """Each method's graphs up to its own widest verification: early exit verifies 4 positions through
     layers 1-2; vanilla runs layers 0-2 one position at a time, and gets the run's widest static width
-    besides (4: a step may run padded to it where it measures faster), no width-2 or width-8 graph of them."""
+    besides (4: a step may run padded to it where it measures faster) only where early exit's layers 1-2,
+    which stand in for it, ran faster at width 4 than at 1 (timings forced here: first not, then so); no
+    width-2 or width-8 graph of them."""
+    from specharness import runner
     from specharness.plugins import build_registry
     from specharness.runner import Settings, build_method, warm_up
+    measured = runner.verify_seconds
+    wide_is_faster = False
+
+    def stand_in_times(target, layer, widths, reps=5):  # the stand-in's times forced, the whole model's measured
+        if layer == 0:
+            return measured(target, layer, widths, reps)
+        assert layer == 1 and widths == [1, 4]
+        return {1: 1e-3, 4: 0.5e-3 if wide_is_faster else 2e-3}
+
+    monkeypatch.setattr(runner, "verify_seconds", stand_in_times)
     from specharness.tasks.specbench import Question
     registry = build_registry()
     question = Question("q", "qa", "qa", [WARM_QUESTION])
@@ -208,8 +221,13 @@ def test_warm_up_compiles_each_methods_graphs_only_for_its_own_layer_ranges():
                build_method(registry, "early_exit", ["exit_layer=1", "gamma=3"], u, 0.0)]
     warm = warm_up(u, methods, [question], Settings(4, warmup=1))
     widths = lambda a, b: {g.width for g in u.backend.graphs if (g.a, g.b, g.head) == (a, b, True)}  # noqa: E731
+    assert widths(0, 2) == {1, "wide"} and widths(1, 2) == {1, 2, 4}
+    assert warm["route_check"] == {"layer": 1, "verify_ms_by_width": {"1": 1.0, "4": 2.0}, "built": False}
+    assert set(warm["verify_ms_by_width"]) == {"1"}
+    wide_is_faster = True
+    warm = warm_up(u, methods, [question], Settings(4, warmup=1))
     assert widths(0, 2) == {1, 4, "wide"} and widths(1, 2) == {1, 2, 4}
-    assert set(warm["verify_ms_by_width"]) == {"1", "4"}
+    assert warm["route_check"]["built"] and set(warm["verify_ms_by_width"]) == {"1", "4"}
     # both methods prefill through the one full-depth dynamic-width graph (early exit's layer-1 states
     # come back captured): each graph is ~20 s of a second run's warm-up
     assert sum(g.width == "wide" for g in u.backend.graphs) == 1

@@ -114,3 +114,38 @@ def test_the_loader_compiles_the_copy_in_the_build_directory_with_no_stale_lock(
     assert directory == build_dir and not stale
     assert first == second == [str(build_dir / narrow_attention.SOURCE.name)]
     assert (build_dir / narrow_attention.SOURCE.name).read_bytes() == narrow_attention.SOURCE.read_bytes()
+
+
+@pytest.mark.parametrize("why", [None, "its build failed (RuntimeError: no compiler)"])
+def test_a_build_started_in_the_background_is_waited_for_once_and_its_outcome_kept(monkeypatch, capsys, why):
+    """``TargetModel.load`` starts the build before converting the model; the first ``available`` joins
+    that thread instead of building again, and takes its outcome (loaded, or why not)."""
+    monkeypatch.setattr(narrow_attention, "_state", {})
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    started, release, calls = threading.Event(), threading.Event(), []
+
+    def build():
+        calls.append(threading.current_thread().name)
+        started.set()
+        assert release.wait(30)
+        return why
+
+    monkeypatch.setattr(narrow_attention, "_build", build)
+    narrow_attention.build_in_background()
+    narrow_attention.build_in_background()  # already building: no second thread
+    assert started.wait(30)
+    threading.Timer(0.2, release.set).start()  # available() must wait for the thread, not return early
+    assert narrow_attention.available(torch.device("cpu"), narrow_attention.HEAD_DIMS[0]) is (why is None)
+    assert narrow_attention.available(torch.device("cpu"), narrow_attention.HEAD_DIMS[0]) is (why is None)
+    assert calls == ["narrow-attention-build"] and narrow_attention.reason() == why
+    err = capsys.readouterr().err
+    assert (why in err) if why else err == ""
+    narrow_attention.build_in_background()  # tried already: nothing starts
+    assert calls == ["narrow-attention-build"]
+
+
+def test_no_background_build_where_the_kernel_is_switched_off(monkeypatch):
+    monkeypatch.setattr(narrow_attention, "_state", {})
+    monkeypatch.setattr(narrow_attention, "_build", lambda: pytest.fail("built although switched off"))
+    narrow_attention.build_in_background("off")
+    assert "building" not in narrow_attention._state

@@ -12,7 +12,7 @@ from specharness.engine import generate
 from specharness.methods.vanilla import NoDraft
 from specharness.model import GraphKey, TargetModel
 from specharness.results import meta_path
-from specharness.runner import verify_curve
+from specharness.runner import route_stand_in, verify_curve
 from specharness.summary import narrow_step_note
 from specharness.verify import greedy
 from specharness.width_curve import choose_route
@@ -25,6 +25,28 @@ def test_a_route_goes_to_the_fastest_wider_width_only_when_it_is_clearly_faster(
     assert choose_route({2: 10.6, 4: 15.4, 8: 16.9}) == {}
     assert choose_route({1: 10.0, 2: 9.5, 4: 20.0}) == {}  # 5% faster is noise, not a route
     assert choose_route({1: 10.0}) == {}
+
+
+def _keys_target(keys: list[GraphKey], top: int, n_layers: int = 30):
+    from types import SimpleNamespace
+    return SimpleNamespace(n_layers=n_layers, backend=SimpleNamespace(compiled=True, static_top=top, graphs=set(keys)))
+
+
+def test_kangaroos_verification_graphs_stand_in_for_the_whole_models_widest_one():
+    """Vanilla steps at width 2 through layers 0-30; Kangaroo verifies through layers 2-30 at widths 2, 4
+    and 8: those decide whether the whole model's width-8 graph is built (same matrix shapes). Nothing
+    stands in where a method already has the whole model at 8, or where no later layer has both widths."""
+    full = lambda w: GraphKey(0, 30, True, (), True, ((), ()), w)  # noqa: E731
+    deep = lambda w, a=2: GraphKey(a, 30, True, (), False, ((), ()), w)  # noqa: E731
+    drafter = GraphKey(0, 3, True, (), True, ((), ()), 2, "kangaroo-1")
+    assert route_stand_in(_keys_target([full("wide"), full(2), deep(2), deep(4), deep(8), drafter], 8)) == 2
+    assert route_stand_in(_keys_target([full(2), full(8), deep(2), deep(8)], 8)) is None  # built anyway
+    assert route_stand_in(_keys_target([full(2), deep(4), deep(8)], 8)) is None  # no width 2 to compare
+    assert route_stand_in(_keys_target([full(2), deep(2), deep(4)], 8)) is None  # no width 8 to compare
+    assert route_stand_in(_keys_target([full(2), deep(2)], 2)) is None  # nothing wider in this run
+    skipping = GraphKey(2, 30, True, (), False, ((4,), ()), 8)
+    assert route_stand_in(_keys_target([full(2), deep(2), skipping], 8)) is None  # a layer-skipping pass is no stand-in
+    assert route_stand_in(_keys_target([full(2), deep(2, 1), deep(8, 1), deep(2), deep(8)], 8)) == 1
 
 
 @pytest.fixture(scope="module")

@@ -135,7 +135,11 @@ class TargetModel:
     @classmethod
     def load(cls, model: str | None = None, dtype: str = "float32", device: str = "cpu",
              options: EngineOptions | None = None) -> "TargetModel":
-        """Load the embedded default ('smollm2'), a .gguf file, or a local Hugging Face directory."""
+        """Load the embedded default ('smollm2'), a .gguf file, or a local Hugging Face directory. A
+        bfloat16 target on the CPU builds our attention kernel meanwhile (a first run converts the GGUF
+        file on one core while the compiler takes the other)."""
+        if device == "cpu" and dtype == "bfloat16":
+            narrow_attention.build_in_background((options or EngineOptions.from_env()).narrow_attention)
         hf, tok, name = loading.load_hf(model, dtype, device)
         return cls(hf, tok, name=name, source=str(model or loading.DEFAULT_MODEL), options=options)
 

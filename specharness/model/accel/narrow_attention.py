@@ -40,6 +40,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -61,7 +62,8 @@ HEAD_DIMS = (64, 128)
 SOURCE = Path(__file__).with_name("csrc") / "narrow_attention.cpp"
 FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512bf16", "-mamx-tile", "-mamx-bf16", "-mfma", "-fopenmp"]
 
-_state: dict[str, object] = {}  # "loaded": bool, once tried; "why": the reason it is not; "failed": a run-time failure
+_state: dict[str, object] = {}  # "loaded": bool, once tried; "why": the reason it is not; "failed": a run-time failure;
+# "building": (thread, its result) while build_in_background runs
 
 
 @functools.cache
@@ -148,13 +150,31 @@ def _fake(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bias: t
     return q.new_empty(q.shape, dtype=torch.float32)
 
 
+def build_in_background(mode: str = "on") -> None:
+    """Start building the op in a thread, so the compiler's ~25 s of one core overlap what the caller
+    does meanwhile (a first run converts the model's GGUF file on the other core: ~20 s on the 2-core
+    EPYC); ``available`` waits for it. A no-op where it is built, being built, or cannot be."""
+    if mode == "off" or "loaded" in _state or "building" in _state or not torch.cpu._is_avx512_bf16_supported():
+        return
+    done: dict[str, str | None] = {}
+    thread = threading.Thread(target=lambda: done.update(why=_build()), name="narrow-attention-build", daemon=True)
+    _state["building"] = (thread, done)
+    thread.start()
+
+
 def available(device: torch.device, head_dim: int, mode: str = "on") -> bool:
-    """Whether attention may call the kernel here (building it on the first ask); ``mode`` is
-    ``EngineOptions.narrow_attention`` ("off": never)."""
+    """Whether attention may call the kernel here (building it on the first ask, or waiting for the
+    build ``build_in_background`` started); ``mode`` is ``EngineOptions.narrow_attention`` ("off": never)."""
     if device.type != "cpu" or head_dim not in HEAD_DIMS or mode == "off":
         return False
     if "loaded" not in _state:
-        why = _build()
+        building = _state.pop("building", None)
+        if building:
+            thread, done = building  # type: ignore[misc]
+            thread.join()
+            why = done.get("why", "its build thread ended without a result")
+        else:
+            why = _build()
         _state.update(loaded=why is None, why=why)
         if why:
             print(f"engine: narrow attention kernel unavailable: {why}; SDPA serves every width", file=sys.stderr)
