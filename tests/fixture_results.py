@@ -18,7 +18,8 @@ from specharness.results import FORMAT, meta_path, question_record
 from specharness.tasks.specbench import SUBTASKS
 
 STEP = 0.02  # seconds of one vanilla step
-# option defaults as the real methods declare them; run headers record them (``option_defaults``)
+# option defaults as the real methods declared them when such files were written (Kangaroo's gamma was 6); each
+# run header records its own (``option_defaults``), which the report reads
 DEFAULTS = {"vanilla": {}, "early_exit": {"exit_layer": 2, "gamma": 6, "eta": 0.0},
             "kangaroo": {"exit_layer": 2, "eta": 0.6, "gamma": 6, "adapter": "", "draft_vocab": -1},
             "kangaroo-oracle": {"exit_layer": 2, "gamma": 6, "adapter": "", "draft_vocab": -1}}

@@ -18,3 +18,4 @@ python -m specharness lossless --certify "$OUT/runs" --bench-file "$BENCH" 2>&1 
     || echo "certify: not every divergence is certified (certify.log)"
 python -m specharness report "$OUT/runs" --out "$OUT/report"
 python "$OUT/rounds.py" | tee "$OUT/rounds.txt"
+python "$OUT/ab.py" | tee "$OUT/ab.txt"
