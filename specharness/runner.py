@@ -28,7 +28,7 @@ from .plugins import Registry
 from .records import Generation, QuestionResult, Round
 from .model import TargetModel
 from .tasks.specbench import Question
-from .width_curve import choose_route, verify_seconds
+from .width_curve import FASTER, choose_route, verify_seconds
 
 
 @dataclass(frozen=True)
@@ -250,11 +250,8 @@ def warm_up(target: TargetModel, methods: list[Method], questions: list[Question
     target.backend.route = {}  # measured unrouted (an earlier warm-up in this process may have set one)
     check = {}
     if stand_in is not None:  # the whole model's widest graph only where the layers standing in say it pays
-        narrow, top = min(_vanilla_widths(target)), target.backend.static_top
-        times = verify_seconds(target, stand_in, [narrow, top])
-        check = {"route_check": {"layer": stand_in, "verify_ms_by_width": {str(w): round(t * 1e3, 3) for w, t in times.items()},
-                                 "built": bool(choose_route(times))}}
-        if check["route_check"]["built"]:
+        check = {"route_check": route_check(target, stand_in)}
+        if check["route_check"]["built"]:  # built now, alone: the one case a first run pays more than before
             graphs += precompile_vanilla_widths(target)
     curve = verify_curve(target)
     target.backend.route = choose_route(curve)
@@ -284,10 +281,11 @@ def route_stand_in(target: TargetModel) -> int | None:
     is worth building, or None where nothing stands in for it (``precompile_vanilla_widths`` then builds it
     as it would). Where no method verifies through the whole model at the run's widest width but one
     verifies from a later layer at vanilla's width and that widest one (Kangaroo's layers [l, L)), those
-    graphs have the whole model's matrix shapes at each width, hence its kernel choices where one inductor
-    cache served both, at a fraction of the wait: a first run builds the whole model's width-8 graph
-    (~100 s of a core on the 2-core EPYC) only when the stand-in's wide graph runs faster than its narrow
-    one, the case the route is for (``results/smollm2-cpu-epyc-first-run``)."""
+    graphs have the whole model's matrix shapes at each width: their wide time, scaled to every layer,
+    estimates the whole model's (``route_check``). A first run then builds that graph (the whole model at
+    width 4 for Kangaroo's default gamma 3; width 8, ~100 s of a core on the 2-core EPYC, was measured)
+    only where the estimate beats the whole model's measured narrow step, the case the route is for
+    (``results/smollm2-cpu-epyc-first-run``); it is then built alone, after the other builds."""
     full, top = _vanilla_widths(target), target.backend.static_top if target.backend.compiled else 0
     if not full or top <= min(full) or top in full:
         return None
@@ -298,6 +296,20 @@ def route_stand_in(target: TargetModel) -> int | None:
         if {narrow, top} <= widths:
             return a
     return None
+
+
+def route_check(target: TargetModel, stand_in: int) -> dict:
+    """Whether the whole model's widest static graph is worth building (``route_stand_in``): the stand-in's
+    time at that width, scaled to every layer (L / (L - l)), against the whole model's own narrowest
+    graph as measured now (a compile's narrow graph may be the slow one: ``width_curve``). Built where the
+    estimate is <= ``FASTER`` of it, the rule the route itself applies. For the header."""
+    narrow, top = min(_vanilla_widths(target)), target.backend.static_top
+    stand = verify_seconds(target, stand_in, [narrow, top])
+    whole = verify_seconds(target, 0, [narrow])[narrow]
+    estimate = stand[top] * target.n_layers / (target.n_layers - stand_in)
+    return {"layer": stand_in, "verify_ms_by_width": {str(w): round(t * 1e3, 3) for w, t in stand.items()},
+            "whole_model_ms": {str(narrow): round(whole * 1e3, 3)}, "estimate_ms": {str(top): round(estimate * 1e3, 3)},
+            "built": estimate <= FASTER * whole}
 
 
 def precompile_vanilla_widths(target: TargetModel) -> int:

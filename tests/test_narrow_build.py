@@ -144,8 +144,41 @@ def test_a_build_started_in_the_background_is_waited_for_once_and_its_outcome_ke
     assert calls == ["narrow-attention-build"]
 
 
+def test_a_background_build_that_raises_gives_its_reason_not_a_traceback(monkeypatch, capsys):
+    monkeypatch.setattr(narrow_attention, "_state", {})
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+
+    def build():
+        raise PermissionError("cannot write the cache")
+
+    monkeypatch.setattr(narrow_attention, "_build", build)
+    narrow_attention.build_in_background()
+    assert narrow_attention.available(torch.device("cpu"), narrow_attention.HEAD_DIMS[0]) is False
+    assert narrow_attention.reason() == "its build failed (PermissionError: cannot write the cache)"
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "cannot write the cache" in err
+
+
 def test_no_background_build_where_the_kernel_is_switched_off(monkeypatch):
     monkeypatch.setattr(narrow_attention, "_state", {})
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)  # the switch, not the CPU, stops it
     monkeypatch.setattr(narrow_attention, "_build", lambda: pytest.fail("built although switched off"))
     narrow_attention.build_in_background("off")
     assert "building" not in narrow_attention._state
+
+
+def test_loading_a_bfloat16_cpu_target_starts_the_build_with_the_options_mode(monkeypatch):
+    from specharness.engine_options import EngineOptions
+    from specharness.model import TargetModel, loading
+    started = []
+    monkeypatch.setattr(narrow_attention, "build_in_background", started.append)
+
+    def stop(*args):
+        raise RuntimeError("not loaded in this test")
+
+    monkeypatch.setattr(loading, "load_hf", stop)
+    for dtype, device, options in (("bfloat16", "cpu", EngineOptions(narrow_attention="avx512")),
+                                   ("float32", "cpu", None), ("bfloat16", "cuda", None)):
+        with pytest.raises(RuntimeError, match="not loaded"):
+            TargetModel.load(None, dtype, device, options)
+    assert started == ["avx512"]

@@ -65,7 +65,7 @@ def test_table1_numbers_match_the_statistics(built):
         assert col in header
     lines = [ln for ln in md.splitlines() if ln.startswith("| ")][1:]
     # main runs only: vanilla, kangaroo, early_exit and kangaroo-oracle, each at its declared defaults
-    # (the oracle files differ in gamma; the plugin's default gamma 6 picks one), and both EAGLE heads
+    # (the oracle files differ in gamma; the default their headers record, 6, picks one), and both EAGLE heads
     # (no declared defaults, and neither head is the more common: every file of the method)
     assert len(lines) == 6 and lines[0].startswith("| vanilla")
     assert sum(ln.startswith("| eagle") for ln in lines) == 2

@@ -5,8 +5,8 @@
 # 2 timed repeats per method, rotating order, nothing compiled while timing. Then every bfloat16
 # divergence certified and the report. Why 3: across every committed Kangaroo file at eta 0.6 the shipped
 # adapter drafted 4 or more tokens in 0.1-0.8% of rounds and had 4+ accepted in at most 4 rounds of a
-# file (rounds.py: CR at most 0.005 lower with a cap of 3); a cap of 3 spares the deep layers' width-8 graph. Run with nothing else on the machine
-# (about 15 minutes); rerunning resumes.
+# file (rounds.py: CR at most 0.005 lower with a cap of 3, an estimate); a cap of 3 spares the deep layers' width-8 graph. Run with nothing else on the machine
+# (about 20 minutes); rerunning resumes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=results/smollm2-cpu-epyc-kangaroo-gamma

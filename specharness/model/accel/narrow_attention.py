@@ -119,15 +119,22 @@ def build_source(build_dir: Path) -> Path:
     return copy
 
 
+def _ninja_on_path() -> None:
+    """The pip package's ninja binary, which cpp_extension runs, on PATH (set from the main thread: a
+    thread's setenv can race the C library's getenv)."""
+    try:
+        import ninja
+    except ImportError:
+        return
+    if ninja.BIN_DIR not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+
+
 def _build() -> str | None:
     """Build and load the op once per process; None when it loaded, else why not (one line)."""
     if not torch.cpu._is_avx512_bf16_supported():
         return f"this CPU has no AVX512-BF16 (torch's CPU capability: {torch.backends.cpu.get_cpu_capability()})"
-    try:
-        import ninja  # the pip package ships the binary cpp_extension runs
-        os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
-    except ImportError:
-        pass
+    _ninja_on_path()
     from torch.utils import cpp_extension
     digest = build_key()
     build_dir = cache_root() / "kernels" / f"narrow_attention-{digest}"
@@ -156,8 +163,16 @@ def build_in_background(mode: str = "on") -> None:
     EPYC); ``available`` waits for it. A no-op where it is built, being built, or cannot be."""
     if mode == "off" or "loaded" in _state or "building" in _state or not torch.cpu._is_avx512_bf16_supported():
         return
+    _ninja_on_path()
     done: dict[str, str | None] = {}
-    thread = threading.Thread(target=lambda: done.update(why=_build()), name="narrow-attention-build", daemon=True)
+
+    def build() -> None:  # what _build raises outside its compile (a cache it cannot write) is why, not a traceback
+        try:
+            done["why"] = _build()
+        except Exception as exc:
+            done["why"] = f"its build failed ({exception_line(exc)})"
+
+    thread = threading.Thread(target=build, name="narrow-attention-build", daemon=True)
     _state["building"] = (thread, done)
     thread.start()
 
