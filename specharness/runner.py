@@ -248,12 +248,14 @@ def warm_up(target: TargetModel, methods: list[Method], questions: list[Question
         if stand_in is None:
             graphs += precompile_vanilla_widths(target)
     target.backend.route = {}  # measured unrouted (an earlier warm-up in this process may have set one)
-    check = {}
+    check, curve = {}, None
     if stand_in is not None:  # the whole model's widest graph only where the layers standing in say it pays
         check = {"route_check": route_check(target, stand_in)}
         if check["route_check"]["built"]:  # built now, alone: the one case a first run pays more than before
             graphs += precompile_vanilla_widths(target)
-    curve = verify_curve(target)
+        else:  # the curve is the narrow step the check just measured: one measurement, one number in the header
+            curve = {int(w): ms / 1e3 for w, ms in check["route_check"]["whole_model_ms"].items()}
+    curve = verify_curve(target) if curve is None else curve
     target.backend.route = choose_route(curve)
     budgets = calibrate_budgets(target, methods, questions, s)  # after the route: costs as the run will see them
     return {"warmup_s": time.perf_counter() - started, "compile_s": target.backend.compile_s - compiled_before,
@@ -266,10 +268,16 @@ def warm_up(target: TargetModel, methods: list[Method], questions: list[Question
             **check}
 
 
+def _verification_graphs(target: TargetModel, a: int) -> list:
+    """The target's verification graphs from layer ``a`` (layers [a, L) and the head, nothing skipped or
+    captured), compiled at static widths."""
+    return [k for k in target.backend.graphs if k.a == a and k.b == target.n_layers and k.head and not k.capture
+            and k.skip == ((), ()) and not k.stack and k.width != "wide"]
+
+
 def _vanilla_graphs(target: TargetModel) -> list:
     """The whole model's verification graphs (vanilla's step among them), compiled at static widths."""
-    return [k for k in target.backend.graphs if k.a == 0 and k.b == target.n_layers and k.head and not k.capture
-            and k.ids and k.skip == ((), ()) and not k.stack and k.width != "wide"]
+    return [k for k in _verification_graphs(target, 0) if k.ids]
 
 
 def _vanilla_widths(target: TargetModel) -> set[int]:
@@ -291,9 +299,7 @@ def route_stand_in(target: TargetModel) -> int | None:
         return None
     narrow = min(full)
     for a in sorted({k.a for k in target.backend.graphs if k.a > 0}):
-        widths = {k.width for k in target.backend.graphs if k.a == a and k.b == target.n_layers and k.head
-                  and not k.stack and k.skip == ((), ()) and not k.capture}
-        if {narrow, top} <= widths:
+        if {narrow, top} <= {k.width for k in _verification_graphs(target, a)}:
             return a
     return None
 
