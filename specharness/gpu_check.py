@@ -49,15 +49,17 @@ IDENTITY_METHODS = ("vanilla", "pld", "eagle", "kangaroo", "medusa:heads_path=ra
 COMPARE_METHODS = ("vanilla", "hf-generate", "pld", "eagle", "kangaroo")
 REFERENCE = "hf-generate"  # transformers' generate(do_sample=False) on the target's own weights
 IDENTITY_TOLERANCE = 1e-4  # float32: a divergence is a near-tie when both tokens are this close to the top logit
-BUDGET_S = 450.0  # the whole check on a GPU: 7.5 minutes, inside the 8 asked, the install before it
+BUDGET_S = 540.0  # the whole check on a GPU: 9 minutes, inside a command's 10 with the install before it
 DRY_BUDGET_S = 900.0  # a dry run on a slow 2-core machine is only ever killed when something hangs
 GRACE_S = 15.0  # between the interrupt and the kill
 MIN_STAGE_S = 20.0  # a stage left less than this is skipped, not started
 LOG_CAP = 8 << 20  # a returned file may be 16 MiB: the log keeps its first and last 4 MiB past this
 
 # each stage's share of the default budget, in seconds (scaled to --budget); what a stage leaves
-# unused goes to the next. Sized for an H200 (docs/gpu.md says how): compiling dominates.
-STAGES = (("identity", 85), ("profile-eager", 45), ("profile-compiled", 135), ("compare", 155), ("margins", 30))
+# unused goes to the next. Sized from the first H200 run (results/smollm2-h200-check): there every
+# eager forward is launch-bound (~20 ms), converting the GGUF takes 29 s and each compiled graph
+# about a minute, and the first shares (85/45/135/155/30 of 450) left every stage timed out.
+STAGES = (("identity", 130), ("profile-eager", 70), ("profile-compiled", 180), ("compare", 140), ("margins", 20))
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class Sizes:
     profile_eager: tuple[tuple[str, str], ...]  # (dtype, compile mode)
     profile_compiled: tuple[tuple[str, str], ...]
     widths: tuple[int, ...]
+    compiled_widths: tuple[int, ...]  # each width bucket is one more graph to compile (a minute on the H200)
     contexts: tuple[int, ...]
     prefills: tuple[int, ...]  # prompt lengths whose prefill the profile times
     compare_subtasks: tuple[str, ...]
@@ -80,19 +83,20 @@ class Sizes:
 
 
 def full_sizes() -> Sizes:
-    """The GPU run: every subtask, 128-token identity turns, the width curve 1..64 at contexts 256 and
-    1024, bfloat16 with CUDA graphs, and a compare of 64 tokens a turn (its generate runs eagerly:
-    at 128 it would take a third of the budget)."""
+    """The GPU run: every subtask, 128-token identity turns, the eager width curve 1..64 at contexts 256
+    and 1024, bfloat16 with CUDA graphs at widths 1 and 8 (three graphs with the prefill's: a minute
+    each), and a compare of 64 tokens a turn (its generate runs eagerly: at 128 it would take a third
+    of the budget)."""
     from .profile import CONTEXTS, PREFILLS, WIDTHS
     from .tasks.specbench import SUBTASKS
     return Sizes(SUBTASKS, 1, 128, (("float32", "none"), ("bfloat16", "none")), (("bfloat16", "default"),),
-                 tuple(WIDTHS), tuple(CONTEXTS), tuple(PREFILLS), SUBTASKS, 2, 2, 1, 64)
+                 tuple(WIDTHS), (1, 8), tuple(CONTEXTS), tuple(PREFILLS), SUBTASKS, 2, 2, 1, 64)
 
 
 def dry_sizes() -> Sizes:
     """Every stage's code on tiny sizes, eager float32 (a compiled stage on CPU takes minutes, so the
     compiled profile is skipped: its merge is tested on its own)."""
-    return Sizes(("qa",), 1, 4, (("float32", "none"),), (), (1, 2), (32,), (16,), ("qa",), 1, 2, 1, 4)
+    return Sizes(("qa",), 1, 4, (("float32", "none"),), (), (1, 2), (1, 2), (32,), (16,), ("qa",), 1, 2, 1, 4)
 
 
 def _log(text: str) -> None:
@@ -113,8 +117,9 @@ def _read_json(path: Path):
 
 # ---- checking the arguments (before anything slow) --------------------------------------------------
 def check_args(model: str, device: str, budget: float | None, threads: int | None, methods: list[str],
-               plugins: list[str], out: Path, dry_run: bool) -> dict:
-    """The check's configuration, or one line saying what is wrong."""
+               plugins: list[str], out: Path, dry_run: bool, stages: list[str] | None = None) -> dict:
+    """The check's configuration, or one line saying what is wrong. ``stages`` runs a subset (a
+    second lease finishing what the first could not), each with the whole budget shared among them."""
     import importlib.util
 
     from .model.loading import check_device
@@ -122,6 +127,11 @@ def check_args(model: str, device: str, budget: float | None, threads: int | Non
     from .plugins import build_registry
     from .session import check_threads
     check_device(device)
+    names = [n for n, _ in STAGES]
+    stages = list(stages) if stages else names
+    unknown = [n for n in stages if n not in names]
+    if unknown or not stages:
+        raise UsageError(f"--stages: unknown stage '{(unknown or [''])[0]}'; give some of {','.join(names)}")
     if budget is not None and budget <= 0:
         raise UsageError(f"--budget must be a positive number of seconds, got {budget:g}")
     check_threads(threads)
@@ -144,7 +154,7 @@ def check_args(model: str, device: str, budget: float | None, threads: int | Non
         raise UsageError(f"--out {out} is a file; give a folder")
     sizes = dry_sizes() if dry_run else full_sizes()
     return {"model": model, "device": device, "threads": threads, "plugins": plugins, "methods": methods,
-            "dry_run": dry_run, "budget_s": budget or (DRY_BUDGET_S if dry_run else BUDGET_S), "sizes": asdict(sizes)}
+            "dry_run": dry_run, "stages": [n for n in names if n in stages], "budget_s": budget or (DRY_BUDGET_S if dry_run else BUDGET_S), "sizes": asdict(sizes)}
 
 
 # ---- the parent: stages under a budget ---------------------------------------------------------------
@@ -213,8 +223,10 @@ def run(config: dict, out: Path, work: Path) -> int:
     log(f"gpu-check: {config['model']} on {config['device']}{' (dry run)' if config['dry_run'] else ''}, budget "
         f"{config['budget_s']:.0f} s; work folder {work}, output {out}")
     sizes = config["sizes"]
-    skipped = {"profile-compiled": "no compiled configuration at these sizes (dry run: compiling on CPU takes "
-                                   "minutes)"} if not sizes["profile_compiled"] else {}
+    asked = config.get("stages") or [n for n, _ in STAGES]
+    skipped = {n: "not asked for (--stages)" for n, _ in STAGES if n not in asked}
+    if not sizes["profile_compiled"] and "profile-compiled" not in skipped:
+        skipped["profile-compiled"] = "no compiled configuration at these sizes (dry run: compiling on CPU takes minutes)"
     plan = [(n, s) for n, s in STAGES if n not in skipped]
     limits = dict(zip([n for n, _ in plan], stage_limits(plan, config["budget_s"])))
     deadline = time.monotonic() + config["budget_s"]
@@ -226,7 +238,7 @@ def run(config: dict, out: Path, work: Path) -> int:
         log.close()
         assemble(work, out, config, stages, None)
         return 130
-    code = 0 if stages_ran(stages) and identity_passed(work) else 1
+    code = 0 if passed(work, config, stages) else 1
     log(f"gpu-check: {'passed' if code == 0 else 'needs a look'}: see {out / 'summary.md'}")
     log.close()
     assemble(work, out, config, stages, None)
@@ -262,6 +274,12 @@ def stages_ran(stages: list[dict]) -> bool:
 def identity_passed(work: Path) -> bool:
     data = _read_json(work / "identity.json")
     return bool(data and data.get("complete") and data.get("passed"))
+
+
+def passed(work: Path, config: dict, stages: list[dict]) -> bool:
+    """Every stage asked for ran to its end, and identity held where it was asked for."""
+    asked = config.get("stages") or [n for n, _ in STAGES]
+    return stages_ran(stages) and ("identity" not in asked or identity_passed(work))
 
 
 # ---- the stages (each in its own process) ------------------------------------------------------------
@@ -403,21 +421,29 @@ def profile_stage(config: dict, work: Path, which: str) -> int:
     from .session import check_threads
     sizes = config["sizes"]
     configs = [tuple(c) for c in sizes[f"profile_{which}"]]
+    widths = sizes["compiled_widths"] if which == "compiled" else sizes["widths"]
+    # transformers' costs are eager whatever the engine does: measured once, in the eager part
     engine_profile.run_profile(config["model"], config["device"], check_threads(config["threads"]), configs,
-                               list(sizes["widths"]), list(sizes["contexts"]), work / f"profile-{which}", False,
-                               log=_log, registry=build_registry(config["plugins"]), prefills=tuple(sizes["prefills"]))
+                               list(widths), list(sizes["contexts"]), work / f"profile-{which}", False,
+                               log=_log, registry=build_registry(config["plugins"]), prefills=tuple(sizes["prefills"]),
+                               hf=which == "eager")
     _write_json(work / f"profile-{which}" / "counters.json", torch_counters())
     return 0
 
 
 def chosen_config(work: Path, sizes: dict) -> tuple[str, str, str]:
-    """(dtype, mode, where from) the compare runs in: the merged profile's fastest, else the first
-    eager configuration (no compile to overrun)."""
+    """(dtype, mode, where from) the compare runs in: the profile's fastest eager configuration, else
+    the first eager one. Not a compiled one: a run compiles every method's width buckets (a minute a
+    graph on the H200, more than the stage's share), and its CUDA graphs re-record for every new
+    attended length (docs/gpu.md), so what the profile timed is not what a run would replay."""
     p = _read_json(work / "profile.json")
-    if p and p.get("chosen"):
-        return p["chosen"]["dtype"], p["chosen"]["compile"], "profile"
+    eager = [r for r in (p or {}).get("configs", []) if r.get("compile") == "none"]
+    if eager:
+        ctx = str(min(int(c) for c in eager[0]["by_width"]))
+        best = min(eager, key=lambda r: r["by_width"].get(ctx, {}).get("1", math.inf))
+        return best["dtype"], best["compile"], "profile's fastest eager configuration"
     dtype, mode = sizes["profile_eager"][0]
-    return dtype, mode, "fallback (no profile)"
+    return dtype, mode, "fallback (no eager profile)"
 
 
 def compare_stage(config: dict, work: Path) -> int:
@@ -756,7 +782,7 @@ def assemble(work: Path, out: Path, config: dict, stages: list[dict], log) -> No
     if margins:
         check["margins"] = margins
     done = len(stages) == len(STAGES)
-    check["verdict"] = ("passed" if stages_ran(stages) and identity_passed(work) else "NEEDS A LOOK") if done \
+    check["verdict"] = ("passed" if passed(work, config, stages) else "NEEDS A LOOK") if done \
         else "still running"
     try:
         summary = render_summary(check)

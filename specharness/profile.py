@@ -282,27 +282,38 @@ def method_costs(model: str, device: str, threads: int, dtype: str, mode: str, r
     return out
 
 
+def ms_text(ms: float) -> str:
+    """Milliseconds as the profile prints them: 0.1 ms resolution on a CPU, three decimals below 1 ms
+    (a GPU's roofline is ~0.06 ms)."""
+    return f"{ms:.1f}" if abs(ms) >= 1 else f"{ms:.3f}"
+
+
 def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, str]], widths, contexts,
                 out: Path, drafters: bool = True, log=print, variants: dict | None = None,
-                registry=None, tokens: int = 48, prefills=PREFILLS) -> dict:
+                registry=None, tokens: int = 48, prefills=PREFILLS, hf: bool = True) -> dict:
+    """The profile of ``configs``, saved after every measured part (``complete`` false until the end),
+    so an interrupted profile keeps what it measured. ``hf=False`` leaves transformers' costs out
+    (the GPU check measures them once, in its eager part)."""
     registry = registry or build_registry()
     cuda = torch.device(device).type == "cuda"
     gbs = bandwidth_gbs(device=device)
     log(f"profile: {'device (HBM)' if cuda else 'read'} bandwidth {gbs:.1f} GB/s")
     gpu = {"gpu": torch.cuda.get_device_name(device), "bandwidth_method": bandwidth_method(device)} if cuda else {}
     result = provenance(model=model, device=device, threads=threads, cpu=engine_choice.cpu_name(), bandwidth_gbs=gbs,
-                        configs=[], hf_generate={}, width_buckets=list(WIDTH_BUCKETS), **gpu)
-    rooflines = {}
+                        configs=[], hf_generate={}, width_buckets=list(WIDTH_BUCKETS), complete=False, **gpu)
+    rooflines = result["rooflines"] = {}
     for dtype, mode in configs:
         target = Session(EngineRequest(model, dtype, mode, device, threads), registry=registry).target
         if dtype not in rooflines:
             nbytes = weight_bytes(target)
             rooflines[dtype] = {"weight_bytes": nbytes, "ms": 1e3 * nbytes / gbs / 1e9}
-            log(f"profile: {dtype} roofline {rooflines[dtype]['ms']:.1f} ms per step ({nbytes / 1e6:.0f} MB)")
+            log(f"profile: {dtype} roofline {ms_text(rooflines[dtype]['ms'])} ms per step ({nbytes / 1e6:.0f} MB)")
             rooflines[dtype].update(compute_costs(target, widths, rooflines[dtype]["ms"]))
             log(f"profile: {dtype} matmul peak {rooflines[dtype]['peak_gflops']:.0f} GFLOP/s; floor by width " + " ".join(
-                f"{w}:{v:.1f}" for w, v in rooflines[dtype]["floor_ms"].items()))
-            result["hf_generate"][dtype] = hf_costs(target, widths, contexts, log, prefills)
+                f"{w}:{ms_text(v)}" for w, v in rooflines[dtype]["floor_ms"].items()))
+            if hf:
+                result["hf_generate"][dtype] = hf_costs(target, widths, contexts, log, prefills)
+            save(result, out)
         started = time.perf_counter()
         got, why = target.engine["compile"], target.engine.get("compile_failed")
         if why:
@@ -311,17 +322,18 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
         target.expect_widths(max(widths))  # verification widths: static graphs, as in a run
         row = {"dtype": dtype, "compile": got, **target.kernel_flags(), "engine_options": target.options.record(),
                "by_width": {}, "prefill_ms": {}}
+        result["configs"].append(row)  # saved after each context: a stage stopped mid-row keeps its first curve
         for ctx in contexts:
             row["by_width"][str(ctx)] = {str(w): engine_choice.step_ms(target, context=ctx, width=w) for w in widths}
             log(f"profile: {dtype}/{mode} ctx {ctx}: " + " ".join(
-                f"{w}:{v:.1f}" for w, v in row["by_width"][str(ctx)].items()))
+                f"{w}:{ms_text(v)}" for w, v in row["by_width"][str(ctx)].items()))
+            save(result, out)
         row["prefill_ms"] = {str(n): prefill_ms(target, n) for n in prefills}
         row["setup_s"] = time.perf_counter() - started
         row["compile_s"] = target.backend.compile_s
         row.update(target.kernel_flags())  # a kernel that failed while measuring fell back to SDPA: say so
-        result["configs"].append(row)
+        save(result, out)
         del target
-    result["rooflines"] = rooflines
     step = lambda r: r["by_width"][str(contexts[0])]["1"]  # noqa: E731
     best = min(result["configs"], key=step)
     result["chosen"] = {"dtype": best["dtype"], "compile": best["compile"]}
@@ -334,6 +346,7 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
     if drafters:
         result.update(method_costs(model, device, threads, best["dtype"], best["compile"], registry,
                                    result["hf_generate"], tokens, log, variants))
+    result["complete"] = True
     save(result, out)
     figure(result, out / "profile.png")
     return result
@@ -366,7 +379,7 @@ def markdown(p: dict) -> str:
     widths = list(p["configs"][0]["by_width"][ctxs[0]]) if ctxs else []
     lines = [f"# Engine profile: {p['model']} on {p.get('gpu') or p['cpu']} ({p['threads']} threads, torch {p['torch']})\n",
              f"{'Device (HBM)' if p.get('gpu') else 'Read'} bandwidth {p['bandwidth_gbs']:.1f} GB/s. Rooflines (weight bytes / bandwidth): " + ", ".join(
-                 f"{d} {r['ms']:.1f} ms" for d, r in p["rooflines"].items()) + ". transformers' generate: " + ", ".join(
+                 f"{d} {ms_text(r['ms'])} ms" for d, r in p["rooflines"].items()) + ". transformers' generate: " + ", ".join(
                  f"{d} {h['step_ms']:.1f} ms/token" for d, h in p["hf_generate"].items()) + ".\n",
              f"Command: `{p['command']}`\n",
              "| dtype | compile | context | " + " | ".join(f"T={w}" for w in widths) + " | T=8 / T=1 | T=32 / T=1 | "
@@ -375,10 +388,12 @@ def markdown(p: dict) -> str:
     for dtype, how, ctx, row in curves(p):
         ratio = lambda a: f"{row[a] / row['1']:.2f}" if a in row and "1" in row else "-"  # noqa: E731
         step = f"{row['1'] / fp32:.2f}" if "1" in row else "-"
-        lines.append(f"| {dtype} | {how} | {ctx} | " + " | ".join(f"{row[w]:.1f}" if w in row else "-" for w in widths)
+        lines.append(f"| {dtype} | {how} | {ctx} | " + " | ".join(ms_text(row[w]) if w in row else "-" for w in widths)
                      + f" | {ratio('8')} | {ratio('32')} | {step} |")
-    lines.append("\nms per forward (median); chosen default: "
-                 f"{p['chosen']['dtype']} / {p['chosen']['compile']} (fastest T=1 at context {ctxs[0] if ctxs else '-'}).")
+    chosen = p.get("chosen")
+    lines.append("\nms per forward (median); chosen default: " + (
+        f"{chosen['dtype']} / {chosen['compile']} (fastest T=1 at context {ctxs[0] if ctxs else '-'})." if chosen
+        else "none yet (an interrupted profile: the rows above are what it measured)."))
     if any("floor_ms" in r for r in p["rooflines"].values()):
         lines.append("\n*hot-weight matmuls*: the model's linears at that width with their weights in cache (eager, "
                      "no memory traffic). *floor*: max(roofline, matmul FLOPs / the best matmul throughput measured "

@@ -69,7 +69,7 @@ def test_dry_run_brings_back_every_stage_and_fails_a_broken_method(tmp_path):
     profile = json.loads((out / "profile.json").read_text())
     assert [(r["dtype"], r["compile"]) for r in profile["configs"]] == [("float32", "none")]
     assert profile["rooflines"]["float32"]["ms"] > 0 and profile["hf_generate"]["float32"]["step_ms"] > 0
-    assert profile["chosen"] == {"dtype": "float32", "compile": "none"}
+    assert profile["chosen"] == {"dtype": "float32", "compile": "none"} and profile["complete"]
     assert "roofline" in (out / "profile.md").read_text()
 
     compare = check["compare"]
@@ -106,6 +106,8 @@ def test_bad_arguments_are_one_line(capsys, tmp_path):
     assert "nosuch" in _one_line_error(capsys, ["gpu-check", *cpu, "--methods", "vanilla,nosuch"])
     assert "does not exist" in _one_line_error(capsys, ["gpu-check", *cpu, "--model", str(tmp_path / "no.gguf")])
     assert "--threads" in _one_line_error(capsys, ["gpu-check", *cpu, "--threads", "0"])
+    assert "unknown stage 'compile'" in _one_line_error(capsys, ["gpu-check", *cpu, "--stages", "identity,compile"])
+    assert "--stages is empty" in _one_line_error(capsys, ["gpu-check", *cpu, "--stages", ","])
     assert "--work" in _one_line_error(capsys, ["gpu-check", "--stage", "identity"])
     assert "config.json" in _one_line_error(capsys, ["gpu-check", "--stage", "identity", "--work", str(tmp_path)])
     (tmp_path / "config.json").write_text("{}")
@@ -169,8 +171,8 @@ def test_token_identity_stops_at_a_questions_first_divergence_and_limits_add_up(
     assert res["turns"] == 2 and res["identical"] == 1 and res["not_compared"] == 1
     assert res["divergences"] == [{"question_id": 1, "subtask": "qa", "turn": 0, "position": 1}]
     assert gpu_check.first_difference([1, 2], [1, 2, 3]) == 2
-    limits = gpu_check.stage_limits(list(gpu_check.STAGES), 450.0)
-    assert math.isclose(sum(limits), 450.0) and all(x >= gpu_check.MIN_STAGE_S for x in limits)
+    limits = gpu_check.stage_limits(list(gpu_check.STAGES), gpu_check.BUDGET_S)
+    assert math.isclose(sum(limits), gpu_check.BUDGET_S) and all(x >= gpu_check.MIN_STAGE_S for x in limits)
 
 
 def test_the_weights_travel_in_parts_and_come_back_whole(tmp_path):
@@ -198,3 +200,38 @@ def test_the_weights_travel_in_parts_and_come_back_whole(tmp_path):
     bad = run("install", "--pack", str(tmp_path / "none"), "--dest", str(dest), "--no-pip")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "gpu-pack/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+@pytest.mark.slow  # ~30 s: a second lease runs only what the first could not finish
+def test_a_subset_of_stages_shares_the_budget_and_passes_without_identity(tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-check.sh"), "--device", "cpu", "--dry-run", "--out",
+                           str(out), "--work", str(work), "--stages", "profile-eager", "--budget", "300"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    check = json.loads((out / "check.json").read_text())
+    status = {s["stage"]: (s["status"], s.get("note", "")) for s in check["stages"]}
+    assert status["profile-eager"][0] == "ok" and status["identity"] == ("skipped", "not asked for (--stages)")
+    assert status["compare"] == ("skipped", "not asked for (--stages)") and check["verdict"] == "passed"
+    assert math.isclose(next(s["limit_s"] for s in check["stages"] if s["stage"] == "profile-eager"), 300, rel_tol=0.05)
+    assert not (out / "identity.json").exists() and json.loads((out / "profile.json").read_text())["configs"]
+
+
+def test_the_compare_runs_in_the_fastest_eager_configuration(tmp_path):
+    eager = _part("float32", "none", {"1": 20.0, "8": 21.0}, 0.13, 32.0, 4300)
+    eager["configs"].append(_part("bfloat16", "none", {"1": 18.0, "8": 19.0}, 0.07, 30.0, 4300)["configs"][0])
+    compiled = _part("bfloat16", "default", {"1": 0.8, "8": 0.9}, 0.07, 30.0, 4300)
+    (tmp_path / "profile.json").write_text(json.dumps(gpu_check.merge_profiles([eager, compiled])))
+    sizes = {"profile_eager": [["float32", "none"]]}
+    assert gpu_check.chosen_config(tmp_path, sizes)[:2] == ("bfloat16", "none")  # not the compiled 0.8 ms
+    (tmp_path / "profile.json").unlink()
+    assert gpu_check.chosen_config(tmp_path, sizes)[:2] == ("float32", "none")
+
+
+def test_an_interrupted_profile_renders_what_it_measured():
+    from specharness.profile import markdown, ms_text
+    part = _part("bfloat16", "none", {"1": 18.0, "8": 19.0}, 0.064, 30.0, 4300)
+    part["command"] = "specharness profile"
+    text = markdown(part)  # no "chosen": the profile stopped before its end
+    assert "none yet" in text and "0.064 ms" in text and "| 18.0 |" in text
+    assert ms_text(0.0642) == "0.064" and ms_text(14.44) == "14.4"

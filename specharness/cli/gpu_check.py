@@ -31,6 +31,9 @@ def add_parser(sub) -> None:
                    help="methods whose greedy identity against transformers' generate is checked (default: %(default)s)")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE.py",
                    help="load a third-party plugin (repeatable)")
+    p.add_argument("--stages", default=None,
+                   help="run only these stages, comma-separated, sharing the budget (default: all: "
+                        + ",".join(n for n, _ in gpu_check.STAGES) + ")")
     p.add_argument("--work", default=None, help="work folder: every stage's full output (default: a new temporary one)")
     p.add_argument("--stage", default=None, help=argparse.SUPPRESS)  # the check's own child processes
 
@@ -42,8 +45,11 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
         return gpu_check.run_stage(args.stage, Path(args.work))
     out = Path(args.out)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages is not None else None
+    if stages is not None and not stages:
+        raise UsageError("--stages is empty; give some of " + ",".join(n for n, _ in gpu_check.STAGES))
     config = gpu_check.check_args(args.model, args.device, args.budget, args.threads, methods, args.plugin, out,
-                                  args.dry_run)
+                                  args.dry_run, stages)
     config["command"] = "python -m specharness " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["gpu-check"] else \
         "python -m specharness gpu-check"
     if args.work and Path(args.work).exists() and any(Path(args.work).iterdir()):
