@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check (docs/gpu.md): greedy identity against transformers' generate, the engine profile
-# and a short interleaved compare, time-boxed (7.5 minutes by default) into one output folder of at
+# and a short interleaved compare, time-boxed (9 minutes by default) into one output folder of at
 # most 8 files.
 #
 #   bash scripts/gpu-check.sh --device cuda --model FILE.gguf --out DIR   # on a GPU

@@ -72,7 +72,7 @@ print(found[0] if found else "")')
     room=$((LIMIT - $(tree_bytes) - $(du -sb "$out/common" | cut -f1) - MARGIN))
     part=$(( room < MAX_PART ? room : MAX_PART ))
     part=$(( part / 65536 * 65536 ))
-    [ "$part" -ge $((4 * 1024 * 1024)) ] || die "the work tree leaves only $room bytes per device command; too little"
+    [ "$part" -ge $((4 * 1024 * 1024)) ] || die "the work tree leaves only $room bytes per device command; too little: travel from a branch without results/ (docs/gpu.md: getting the weights there)"
   fi
   split -b "$part" -d -a 2 "$gguf" "$out/part"
   local parts
