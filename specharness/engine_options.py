@@ -15,6 +15,7 @@ they want directly (``EngineOptions(narrow_attention="off")``) instead of settin
 | SPECHARNESS_CACHE_PREPACKED | ``cache_prepacked`` | 1 (default), 0 |
 | SPECHARNESS_AOT_GRAPHS | ``aot_graphs`` | 1 (default), 0 |
 | SPECHARNESS_NARROWEST | ``narrowest`` | auto (default: as measured for this CPU, dtype and mode), 1, 2 |
+| SPECHARNESS_WIDE_AUTOTUNE | ``wide_autotune`` | 0 (default), 1: the dynamic-width (prefill) graph under max-autotune too |
 
 Inductor's own ``TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED`` and
 ``TORCHINDUCTOR_MAX_AUTOTUNE_REPORT_CHOICES_STATS``, when the user sets them, keep max-autotune's
@@ -41,6 +42,7 @@ CPP_WRAPPER_ENV = "SPECHARNESS_CPP_WRAPPER"
 PREPACKED_ENV = "SPECHARNESS_CACHE_PREPACKED"
 AOT_ENV = "SPECHARNESS_AOT_GRAPHS"
 NARROWEST_ENV = "SPECHARNESS_NARROWEST"
+WIDE_AUTOTUNE_ENV = "SPECHARNESS_WIDE_AUTOTUNE"
 INDUCTOR_TABLES_ENV = ("TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED", "TORCHINDUCTOR_MAX_AUTOTUNE_REPORT_CHOICES_STATS")
 
 
@@ -60,6 +62,10 @@ class EngineOptions:
     # the narrowest compiled width: "2" pads one-position forwards (vanilla's steps) to the width-2 graph,
     # "auto" does where it was measured faster (``backends.narrowest_width``)
     narrowest: str = "auto"
+    # under max-autotune, the dynamic-width graph (prefills, and verification past the widest static
+    # bucket) autotuned too. Off: it is a first run's longest build (114 s against 102 s without) and its
+    # prefills ran as fast (0.92-1.03x at 64-512 tokens; results/smollm2-cpu-epyc-wide-autotune)
+    wide_autotune: bool = False
 
     def __post_init__(self) -> None:
         if self.narrow_attention not in NARROW_CHOICES:
@@ -78,6 +84,7 @@ class EngineOptions:
         return cls(pinned=parse_pin(env.get(PIN_ENV)), narrow_attention=narrow,
                    amx_prefetch=_flag(env, PREFETCH_ENV), cpp_wrapper=_flag(env, CPP_WRAPPER_ENV),
                    cache_prepacked=_flag(env, PREPACKED_ENV), aot_graphs=_flag(env, AOT_ENV), narrowest=_narrowest(env),
+                   wide_autotune=_flag(env, WIDE_AUTOTUNE_ENV, "0"),
                    quiet_autotune=not any(name in env for name in INDUCTOR_TABLES_ENV))
 
     def record(self) -> dict:
@@ -108,8 +115,8 @@ def _narrowest(env: Mapping[str, str]) -> str:
     return value
 
 
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    value = env.get(name, "1")
+def _flag(env: Mapping[str, str], name: str, default: str = "1") -> bool:
+    value = env.get(name, default)
     if value not in ("0", "1"):
         raise UsageError(f"${name}={value!r}: write 1 or 0")
     return value == "1"

@@ -81,7 +81,7 @@ class ForwardRequest:
 
 
 # the engine switches a stored graph's kernels depend on (``graph_store``'s key)
-STORE_SWITCHES = ("narrow_attention", "amx_prefetch", "cpp_wrapper", "narrowest")
+STORE_SWITCHES = ("narrow_attention", "amx_prefetch", "cpp_wrapper", "narrowest", "wide_autotune")
 
 
 class GraphKey(NamedTuple):

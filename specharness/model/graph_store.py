@@ -127,6 +127,16 @@ class Package:
         return self.unflatten(self.run(list(tensors)), self.out_spec)
 
 
+def inductor_configs(mode: str, wide: bool, wide_autotune: bool) -> dict:
+    """inductor's settings for one package: frozen weights and the C++ wrapper always; max-autotune's
+    kernel search for static widths, and for the dynamic-width graph only where ``wide_autotune``
+    (``EngineOptions``: it builds longer and its prefills ran no faster)."""
+    configs = {"freezing": True, "cpp_wrapper": True}
+    if mode == "max-autotune" and (wide_autotune or not wide):
+        configs.update(max_autotune=True, coordinate_descent_tuning=True)
+    return configs
+
+
 def default_jobs() -> int:
     """Builds at once: one per core (a build runs on one), at most 4 (each holds a few GB)."""
     return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
@@ -234,9 +244,7 @@ class GraphStore:
             program.unlink(missing_ok=True)
             self.failures[graph] = exception_line(exc)
             return None
-        configs = {"freezing": True, "cpp_wrapper": True}
-        if self.mode == "max-autotune":
-            configs.update(max_autotune=True, coordinate_descent_tuning=True)
+        configs = inductor_configs(self.mode, wide, bool(self.env.get("wide_autotune")))
         spec = {"program": str(program), "package": str(path), "part": str(path.with_name(f"{path.stem}.building.pt2")),
                 "record": record, "configs": configs, "threads": self.env["threads"], "quiet_autotune": self.quiet,
                 "amx_prefetch": bool(self.env.get("amx_prefetch")) and self.mode == "max-autotune",
