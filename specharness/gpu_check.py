@@ -10,13 +10,13 @@ sizes in the test suite), and on the GPU it runs, in this order:
    turn of each method starts from the reference's own history, so every turn is compared; a
    divergence is a near-tie only when both tokens sit within 1e-4 of the top logit.
 2. ``profile-eager``, then ``profile-compiled``: the engine profile (``specharness.profile``):
-   forward cost by width 1..64 at two contexts, the roofline from the device's measured (HBM)
-   bandwidth, transformers' ``generate``. Eager configurations first, the compiled one (CUDA
-   graphs) second, so a compile that overruns its time loses only its own rows. The two are merged
+   eager forward cost by width 1..64 at two contexts, the roofline from the device's measured (HBM)
+   bandwidth, transformers' ``generate``; then bfloat16 compiled (CUDA graphs) at widths 1 and 8.
+   Each part saves as it measures, so one stopped by its time keeps its rows. The two are merged
    into one profile, whose fastest configuration becomes the machine's default, as on CPU.
-3. ``compare``: a short interleaved compare in that configuration (2 questions per subtask, 2
-   repeats), transformers' ``generate`` among the methods, so its token ids also give identity in
-   the timed dtype and mode.
+3. ``compare``: a short interleaved compare in the profile's fastest eager configuration (2
+   questions per subtask, 2 repeats), transformers' ``generate`` among the methods, so its token ids
+   also give identity in the timed dtype.
 4. ``margins``: each compared method's first divergence per question from vanilla and from
    ``generate``, with the target's top-2 margin there: at bfloat16 a report, not a failure.
 
@@ -59,7 +59,7 @@ LOG_CAP = 8 << 20  # a returned file may be 16 MiB: the log keeps its first and 
 # unused goes to the next. Sized from the first H200 run (results/smollm2-h200-check): there every
 # eager forward is launch-bound (~20 ms), converting the GGUF takes 29 s and each compiled graph
 # about a minute, and the first shares (85/45/135/155/30 of 450) left every stage timed out.
-STAGES = (("identity", 130), ("profile-eager", 70), ("profile-compiled", 180), ("compare", 140), ("margins", 20))
+STAGES = (("identity", 130), ("profile-eager", 70), ("profile-compiled", 170), ("compare", 140), ("margins", 30))
 
 
 @dataclass(frozen=True)
@@ -130,8 +130,12 @@ def check_args(model: str, device: str, budget: float | None, threads: int | Non
     names = [n for n, _ in STAGES]
     stages = list(stages) if stages else names
     unknown = [n for n in stages if n not in names]
-    if unknown or not stages:
-        raise UsageError(f"--stages: unknown stage '{(unknown or [''])[0]}'; give some of {','.join(names)}")
+    if unknown:
+        raise UsageError(f"--stages: unknown stage '{unknown[0]}'; give some of {','.join(names)}")
+    if "margins" in stages and "compare" not in stages:
+        raise UsageError("--stages: margins reads the compare's files; ask for compare too")
+    if dry_run and stages == ["profile-compiled"]:
+        raise UsageError("--stages profile-compiled with --dry-run runs nothing (a dry run has no compiled part)")
     if budget is not None and budget <= 0:
         raise UsageError(f"--budget must be a positive number of seconds, got {budget:g}")
     check_threads(threads)
@@ -223,7 +227,7 @@ def run(config: dict, out: Path, work: Path) -> int:
     log(f"gpu-check: {config['model']} on {config['device']}{' (dry run)' if config['dry_run'] else ''}, budget "
         f"{config['budget_s']:.0f} s; work folder {work}, output {out}")
     sizes = config["sizes"]
-    asked = config.get("stages") or [n for n, _ in STAGES]
+    asked = asked_stages(config)
     skipped = {n: "not asked for (--stages)" for n, _ in STAGES if n not in asked}
     if not sizes["profile_compiled"] and "profile-compiled" not in skipped:
         skipped["profile-compiled"] = "no compiled configuration at these sizes (dry run: compiling on CPU takes minutes)"
@@ -276,10 +280,14 @@ def identity_passed(work: Path) -> bool:
     return bool(data and data.get("complete") and data.get("passed"))
 
 
+def asked_stages(config: dict) -> list[str]:
+    """The stages this check runs (``--stages``; all of them by default)."""
+    return config.get("stages") or [n for n, _ in STAGES]
+
+
 def passed(work: Path, config: dict, stages: list[dict]) -> bool:
     """Every stage asked for ran to its end, and identity held where it was asked for."""
-    asked = config.get("stages") or [n for n, _ in STAGES]
-    return stages_ran(stages) and ("identity" not in asked or identity_passed(work))
+    return stages_ran(stages) and ("identity" not in asked_stages(config) or identity_passed(work))
 
 
 # ---- the stages (each in its own process) ------------------------------------------------------------
@@ -431,6 +439,16 @@ def profile_stage(config: dict, work: Path, which: str) -> int:
     return 0
 
 
+def first_context(row: dict) -> str:
+    """A profile row's first (shortest) context, whose width-1 step is the one rows are ranked by."""
+    return str(min(int(c) for c in row["by_width"]))
+
+
+def step_at_first_context(row: dict) -> float:
+    """The row's width-1 step at its first context (infinite where it has none)."""
+    return row["by_width"].get(first_context(row), {}).get("1", math.inf) if row.get("by_width") else math.inf
+
+
 def chosen_config(work: Path, sizes: dict) -> tuple[str, str, str]:
     """(dtype, mode, where from) the compare runs in: the profile's fastest eager configuration, else
     the first eager one. Not a compiled one: a run compiles every method's width buckets (a minute a
@@ -439,15 +457,14 @@ def chosen_config(work: Path, sizes: dict) -> tuple[str, str, str]:
     p = _read_json(work / "profile.json")
     eager = [r for r in (p or {}).get("configs", []) if r.get("compile") == "none"]
     if eager:
-        ctx = str(min(int(c) for c in eager[0]["by_width"]))
-        best = min(eager, key=lambda r: r["by_width"].get(ctx, {}).get("1", math.inf))
+        best = min(eager, key=step_at_first_context)
         return best["dtype"], best["compile"], "profile's fastest eager configuration"
     dtype, mode = sizes["profile_eager"][0]
     return dtype, mode, "fallback (no eager profile)"
 
 
 def compare_stage(config: dict, work: Path) -> int:
-    """The short interleaved compare, in the configuration the profile chose."""
+    """The short interleaved compare, in the profile's fastest eager configuration (``chosen_config``)."""
     from .executors import execute
     from .plugins import build_registry
     from .runner import Settings
@@ -552,16 +569,17 @@ def merge_profiles(parts: list[dict]) -> dict:
     roofline and transformers' costs as first measured; the fastest vanilla step over all rows at
     the first context chosen."""
     merged = dict(parts[0])
-    merged["configs"] = [row for p in parts for row in p["configs"]]
+    merged["configs"] = [row for p in parts for row in p["configs"] if row.get("by_width")]
+    merged["complete"] = all(p.get("complete") for p in parts)  # a part stopped by its time keeps what it measured
     for key in ("rooflines", "hf_generate"):
         merged[key] = {}
         for p in reversed(parts):  # the first part's measurement of a dtype wins
             merged[key].update(p.get(key, {}))
     merged["parts"] = [{"command": p.get("command"), "bandwidth_gbs": p.get("bandwidth_gbs"),
                         "configs": [f"{r['dtype']}/{r['compile']}" for r in p["configs"]]} for p in parts]
+    merged.pop("chosen", None)  # chosen again over every part's rows (none: no part measured a row)
     if merged["configs"]:
-        ctx = str(min(int(c) for c in merged["configs"][0]["by_width"]))
-        best = min(merged["configs"], key=lambda r: r["by_width"][ctx]["1"])
+        best = min(merged["configs"], key=step_at_first_context)
         merged["chosen"] = {"dtype": best["dtype"], "compile": best["compile"]}
     return merged
 
@@ -579,8 +597,10 @@ def merged_profile(work: Path, config: dict, log) -> dict | None:
         merged = merge_profiles(parts)
         engine_profile.save(merged, work)
         threads = check_threads(config["threads"])
-        rows = [{"dtype": r["dtype"], "compile": r["compile"], "step_ms": r["by_width"][str(min(
-            int(c) for c in r["by_width"]))]["1"]} for r in merged["configs"]]
+        if not merged.get("chosen"):
+            return merged
+        rows = [{"dtype": r["dtype"], "compile": r["compile"], "step_ms": step_at_first_context(r)}
+                for r in merged["configs"]]
         engine_choice.save_choice(config["model"], config["device"], threads, {
             "model": config["model"], "device": config["device"], "threads": threads, "chosen": merged["chosen"],
             "candidates": rows, "measured": merged.get("created"), "by": "specharness gpu-check"})
@@ -599,7 +619,7 @@ def profile_headline(p: dict) -> list[dict]:
     width curve's ratios, and transformers' generate against it; the CPU-only pieces' flags."""
     rows = []
     for r in p.get("configs", []):
-        ctx = str(min(int(c) for c in r["by_width"]))
+        ctx = first_context(r)
         curve = r["by_width"][ctx]
         step = curve.get("1")
         roof = p.get("rooflines", {}).get(r["dtype"], {}).get("ms")
@@ -678,8 +698,10 @@ def render_summary(check: dict) -> str:
     if prof:
         lines.append(f"{'Device (HBM)' if prof.get('gpu') else 'Read'} bandwidth {prof['bandwidth_gbs']:.0f} GB/s "
                      f"({prof.get('bandwidth_method') or 'summing a tensor in host memory'}); roofline = weight bytes / bandwidth. "
-                     f"Chosen default: {prof.get('chosen', {}).get('dtype')}/{prof.get('chosen', {}).get('compile')}. "
-                     "Width curves and prefills: profile.md.\n")
+                     + (f"Chosen default: {prof['chosen']['dtype']}/{prof['chosen']['compile']}. " if prof.get("chosen")
+                        else "No configuration measured yet. ")
+                     + ("" if prof.get("complete", True) else "INCOMPLETE: a profile part stopped early; its rows are "
+                        "what it measured. ") + "Width curves and prefills: profile.md.\n")
         lines += ["| dtype | compile | context | step ms | roofline ms | step / roofline | T=8 / T=1 | T=32 / T=1 | "
                   "T=64 / T=1 | generate ms/token | generate / engine step | CPU-only pieces |", "|" + "---|" * 12]
         for r in check.get("profile_headline", []):
@@ -753,7 +775,8 @@ def assemble(work: Path, out: Path, config: dict, stages: list[dict], log) -> No
         _write_json(out / "identity.json", ident)
     prof = _read_json(work / "profile.json")
     if prof:
-        check["profile"] = {k: prof.get(k) for k in ("gpu", "cpu", "bandwidth_gbs", "bandwidth_method", "chosen", "parts")}
+        check["profile"] = {k: prof.get(k) for k in ("gpu", "cpu", "bandwidth_gbs", "bandwidth_method", "chosen", "parts",
+                                                     "complete")}
         check["profile_headline"] = profile_headline(prof)
         check["profile_counters"] = {w: _read_json(work / f"profile-{w}" / "counters.json") for w in ("eager", "compiled")
                                      if (work / f"profile-{w}" / "counters.json").is_file()}
@@ -765,7 +788,7 @@ def assemble(work: Path, out: Path, config: dict, stages: list[dict], log) -> No
         if files:
             stage = _read_json(work / "compare-stage.json") or {}
             check["environment"] = check.get("environment") or stage.get("environment")
-            step = next((r["by_width"][str(min(int(c) for c in r["by_width"]))].get("1") for r in (prof or {}).get(
+            step = next((step_at_first_context(r) for r in (prof or {}).get(
                 "configs", []) if stage.get("engine") and (r["dtype"], r["compile"]) == (
                 stage["engine"].get("dtype"), stage["engine"].get("compile"))), None)
             check["compare"] = {"engine": stage.get("engine"), "chosen_from": stage.get("chosen_from"),
@@ -786,7 +809,7 @@ def assemble(work: Path, out: Path, config: dict, stages: list[dict], log) -> No
         else "still running"
     try:
         summary = render_summary(check)
-    except (KeyError, TypeError, ValueError) as exc:
+    except Exception as exc:  # the summary must never stop the check: check.json holds the same
         check["problems"].append(f"summary: {exception_line(exc)}")
         summary = f"# GPU check\n\nThe summary could not be rendered ({exception_line(exc)}); see check.json.\n"
     _write_json(out / "check.json", check)

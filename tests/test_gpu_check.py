@@ -108,6 +108,8 @@ def test_bad_arguments_are_one_line(capsys, tmp_path):
     assert "--threads" in _one_line_error(capsys, ["gpu-check", *cpu, "--threads", "0"])
     assert "unknown stage 'compile'" in _one_line_error(capsys, ["gpu-check", *cpu, "--stages", "identity,compile"])
     assert "--stages is empty" in _one_line_error(capsys, ["gpu-check", *cpu, "--stages", ","])
+    assert "ask for compare too" in _one_line_error(capsys, ["gpu-check", *cpu, "--stages", "identity,margins"])
+    assert "runs nothing" in _one_line_error(capsys, ["gpu-check", *cpu, "--dry-run", "--stages", "profile-compiled"])
     assert "--work" in _one_line_error(capsys, ["gpu-check", "--stage", "identity"])
     assert "config.json" in _one_line_error(capsys, ["gpu-check", "--stage", "identity", "--work", str(tmp_path)])
     (tmp_path / "config.json").write_text("{}")
@@ -235,3 +237,23 @@ def test_an_interrupted_profile_renders_what_it_measured():
     text = markdown(part)  # no "chosen": the profile stopped before its end
     assert "none yet" in text and "0.064 ms" in text and "| 18.0 |" in text
     assert ms_text(0.0642) == "0.064" and ms_text(14.44) == "14.4"
+
+
+def test_a_profile_stopped_before_its_first_row_merges_and_renders_without_a_choice():
+    """A part stopped before any row (its rooflines saved, no configuration measured) must not stop the
+    check: the merge keeps its rooflines, chooses from the other part's rows or from none, and says
+    it is incomplete."""
+    empty = {**_part("bfloat16", "default", {"1": 0.8}, 0.07, 12.0, 4300), "configs": [], "complete": False}
+    alone = gpu_check.merge_profiles([empty])
+    assert "chosen" not in alone and not alone["complete"] and alone["rooflines"]["bfloat16"]["ms"] == 0.07
+    eager = {**_part("float32", "none", {"1": 14.0, "8": 14.5}, 0.13, 18.0, 4200), "complete": True}
+    both = gpu_check.merge_profiles([eager, empty])
+    assert both["chosen"] == {"dtype": "float32", "compile": "none"} and not both["complete"]
+    check = {"config": {"model": "smollm2", "device": "cuda", "dry_run": False, "budget_s": 240.0, "sizes": {}},
+             "stages": [{"stage": "profile-compiled", "status": "timed out", "seconds": 230.0, "limit_s": 240.0}],
+             "environment": {"gpu": "NVIDIA H200"}, "verdict": "NEEDS A LOOK",
+             "profile": {"gpu": "NVIDIA H200", "bandwidth_gbs": 4300.0, "chosen": alone.get("chosen"),
+                         "complete": alone["complete"]},
+             "profile_headline": gpu_check.profile_headline(alone)}
+    text = gpu_check.render_summary(check)
+    assert "No configuration measured yet" in text and "INCOMPLETE" in text

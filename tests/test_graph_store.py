@@ -183,7 +183,7 @@ def test_an_interrupted_background_block_stops_its_builds_and_leaves_nothing_hal
 def test_max_autotune_searches_the_static_graphs_kernels_and_the_wide_graphs_only_when_asked():
     """The dynamic-width (prefill) graph builds without max-autotune unless ``wide_autotune`` says so
     (results/smollm2-cpu-epyc-wide-autotune: 114 s against 102 s to build, prefills alike); the switch
-    is read from the environment, keys the store, and no other mode autotunes."""
+    is read from the environment, keys only the packages it changes, and no other mode autotunes."""
     from specharness.model.backends import STORE_SWITCHES
     from specharness.model.graph_store import inductor_configs
     assert inductor_configs("max-autotune", False, False)["max_autotune"] is True
@@ -194,4 +194,13 @@ def test_max_autotune_searches_the_static_graphs_kernels_and_the_wide_graphs_onl
     assert EngineOptions.from_env({"SPECHARNESS_WIDE_AUTOTUNE": "1"}).wide_autotune is True
     with pytest.raises(Exception, match="SPECHARNESS_WIDE_AUTOTUNE"):
         EngineOptions.from_env({"SPECHARNESS_WIDE_AUTOTUNE": "yes"})
-    assert "wide_autotune" in STORE_SWITCHES
+    assert "wide_autotune" not in STORE_SWITCHES  # it keys the packages it changes, through their settings:
+    from specharness.model.backends import GraphKey
+    stack = TargetModel.tiny("llama", seed=3).backend.stack
+    on, off = (GraphStore("max-autotune", {}, root=Path("/nonexistent"), wide_autotune=w) for w in (True, False))
+    static, wide = GraphKey(0, 4, True, (), True, ((), ()), 2), GraphKey(0, 4, True, (), True, ((), ()), "wide")
+    args = (torch.zeros(2, dtype=torch.long), torch.zeros(2, dtype=torch.long), torch.zeros(2, dtype=torch.long),
+            torch.zeros(2, 5), torch.zeros(4, 2, 32, 16), torch.zeros(4, 2, 32, 16))
+    assert on.key(static, stack, args, False)[0] == off.key(static, stack, args, False)[0]
+    assert on.key(wide, stack, args, True)[0] != off.key(wide, stack, args, True)[0]
+    assert "max_autotune" in on.key(wide, stack, args, True)[1]["inductor"]

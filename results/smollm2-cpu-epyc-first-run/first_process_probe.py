@@ -19,18 +19,8 @@ print(which, f"apply {time.perf_counter() - t0:.0f} s; built {len(b.store.built)
       f"narrowest {b.narrowest}", flush=True)
 step_ms(target, context=256, width=1, repeats=3)  # warm
 built = dict(b.packages)
-paths = {}
-for build in b.store.builds:
-    paths[id(build.package)] = build.path
-for k in list(b.packages):
-    if k[0].width != "wide" and not paths:
-        pass
-reloaded = {}
-for k, pkg in built.items():
-    p = paths.get(id(pkg))
-    if p is None:  # loaded from the store: find its path via the store's key
-        p = None
-    reloaded[k] = GraphStore._open(p) if p is not None else pkg
+paths = {id(build.package): build.path for build in b.store.builds}  # packages this process built
+reloaded = {k: GraphStore._open(paths[id(pkg)]) if id(pkg) in paths else pkg for k, pkg in built.items()}
 print(which, "reloaded", sum(1 for k in built if reloaded[k] is not built[k]), "of", len(built), flush=True)
 res = {"built": [], "reloaded": []}
 for r in range(12):

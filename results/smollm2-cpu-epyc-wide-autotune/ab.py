@@ -29,8 +29,8 @@ for name, on in (("autotuned", True), ("default", False)):
     prefill_ms(target, 64, repeats=1)  # builds (or loads) the wide graph
     graphs = [json.loads(p.with_suffix(".json").read_text()) for p in target.backend.store.root.glob("*.pt2")
               if p.with_suffix(".json").is_file()]
-    wide = [g for g in graphs if "'wide'" in g["graph"] and g.get("wide_autotune", True) == on and g["mode"] == "max-autotune"
-            and g.get("code") == target.backend.store.env["code"]]
+    wide = [g for g in graphs if "'wide'" in g["graph"] and g["mode"] == "max-autotune"
+            and ("max_autotune" in g.get("inductor", {})) == on and g.get("code") == target.backend.store.env["code"]]
     print(f"{name}: first prefill {time.perf_counter() - started:.0f} s; stored build times of such graphs "
           f"{[g.get('build_s') for g in wide]}", flush=True)
     arms[name] = target

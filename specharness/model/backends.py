@@ -81,7 +81,7 @@ class ForwardRequest:
 
 
 # the engine switches a stored graph's kernels depend on (``graph_store``'s key)
-STORE_SWITCHES = ("narrow_attention", "amx_prefetch", "cpp_wrapper", "narrowest", "wide_autotune")
+STORE_SWITCHES = ("narrow_attention", "amx_prefetch", "cpp_wrapper", "narrowest")
 
 
 class GraphKey(NamedTuple):
@@ -223,7 +223,7 @@ class CompiledBackend(EagerBackend):
         if device.type == "cpu" and options.aot_graphs and self.cpp_wrapper:
             from .graph_store import GraphStore
             self.store = GraphStore(mode, {k: v for k, v in options.record().items() if k in STORE_SWITCHES},
-                                    quiet=options.quiet_autotune)
+                                    quiet=options.quiet_autotune, wide_autotune=options.wide_autotune)
 
     @contextmanager
     def in_background(self) -> Iterator[None]:

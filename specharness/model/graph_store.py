@@ -148,8 +148,9 @@ class GraphStore:
     graphs came which way."""
 
     def __init__(self, mode: str, settings: dict, root: Path | None = None, quiet: bool = True,
-                 jobs: int | None = None) -> None:
+                 jobs: int | None = None, wide_autotune: bool = False) -> None:
         self.mode, self.root, self.quiet, self.jobs = mode, root or store_dir(), quiet, jobs or default_jobs()
+        self.wide_autotune = wide_autotune  # keys a package through its inductor settings: wide ones only
         self.env = {"torch": torch.__version__, "cpu": _cpu(), "threads": torch.get_num_threads(), "mode": mode,
                     "code": _code_digest(), **settings}
         self.digests: dict[int, tuple[tuple[int, ...], str]] = {}  # id(stack) -> (param versions, digest)
@@ -182,7 +183,8 @@ class GraphStore:
         """The package's file stem and the readable record it is stored with."""
         record = {**self.env, "graph": repr(tuple(graph._replace(stack=""))),  # the stack by its weights, not its name
                   "weights": self.weights_digest(stack), "inputs": repr(self.signature(stack, args, wide)),
-                  "stack": repr((stack.eps, stack.shape, stack.cache_layers))}
+                  "stack": repr((stack.eps, stack.shape, stack.cache_layers)),
+                  "inductor": inductor_configs(self.mode, wide, self.wide_autotune)}
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:24], record
 
     @staticmethod
@@ -244,7 +246,7 @@ class GraphStore:
             program.unlink(missing_ok=True)
             self.failures[graph] = exception_line(exc)
             return None
-        configs = inductor_configs(self.mode, wide, bool(self.env.get("wide_autotune")))
+        configs = record["inductor"]
         spec = {"program": str(program), "package": str(path), "part": str(path.with_name(f"{path.stem}.building.pt2")),
                 "record": record, "configs": configs, "threads": self.env["threads"], "quiet_autotune": self.quiet,
                 "amx_prefetch": bool(self.env.get("amx_prefetch")) and self.mode == "max-autotune",
