@@ -124,7 +124,8 @@ class Session:
                                             self.compile_last))
             backend.on_new_graph, backend.on_graph_built = progress[-1], progress[-1].built
         try:
-            mode, why = engine_choice.apply(target, config.compile, watch)
+            # the compile check returns once a graph has built: the warm-up's builds start beside the rest
+            mode, why = engine_choice.apply(target, config.compile, watch, wait=False)
         finally:
             for p in progress:
                 p.save()

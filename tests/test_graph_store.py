@@ -140,6 +140,55 @@ def test_graphs_built_in_the_background_run_eagerly_until_the_block_ends_then_fr
     assert backend.graphs == graphs and len(store.builds) == len(graphs)
 
 
+@pytest.mark.slow  # two minutes of child builds
+def test_a_block_left_without_waiting_keeps_building_and_the_next_call_waits_for_every_package(tmp_path, monkeypatch):
+    """``in_background(wait=False)`` (a run's compile check) returns once one package has built; the
+    others build on, and the first call outside a block waits for them, so it runs packages only
+    (eager's tokens, nothing compiled by torch.compile)."""
+    compiled, run, want = _generation(9, monkeypatch, tmp_path)
+    backend, store = compiled.backend, compiled.backend.store
+    store.jobs = 2
+    with backend.in_background(wait=False):
+        assert run(compiled) == want
+        started = len(backend.building)
+    assert started >= 2 and 1 <= len(backend.packages) and len(backend.packages) + len(backend.building) == started
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    assert run(compiled) == want
+    assert not backend.building and len(backend.packages) == len(backend.graphs) and store.failures == {}
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == frames
+
+
+class _Ended:
+    """A build that has ended (a stand-in for ``graph_store.Build``)."""
+
+    def __init__(self, package) -> None:
+        self.package, self.seconds, self.done = package, 1.0, True
+
+
+def test_finishing_until_one_build_stops_at_the_first_success_and_leaves_the_rest(monkeypatch):
+    """``finish(one=True)`` loads builds in the order they end and stops at the first that built;
+    a plain ``finish`` then takes the rest; each ended build is reported once."""
+    from specharness.model.backends import GraphKey
+    target = TargetModel.tiny("llama", seed=2)
+    target.compile("default")
+    backend = target.backend
+    ok1, ok2 = object(), object()
+    builds = [_Ended(ok1), _Ended(ok2)]
+    keys = [GraphKey(0, 4, True, (), True, ((), ()), w) for w in (1, 2)]
+    backend.building = {(k, "sig"): (b, None, (), False) for k, b in zip(keys, builds)}
+
+    class Store:
+        def wait_any(self, pending):
+            return next(b for b in builds if b in pending)
+    backend.store = Store()
+    seen = []
+    backend.on_graph_built = lambda key, seconds, left: seen.append((key.width, left))
+    backend.finish(one=True)
+    assert backend.packages == {(keys[0], "sig"): ok1} and list(backend.building) == [(keys[1], "sig")]
+    backend.finish()
+    assert backend.packages[(keys[1], "sig")] is ok2 and not backend.building and seen == [(1, 1), (2, 0)]
+
+
 def test_a_failed_background_build_is_compiled_by_torch_compile_before_the_block_ends(tmp_path, monkeypatch):
     """A child that fails leaves its last line as the reason (its log stays beside the store); the
     graph is compiled by torch.compile when the block ends (untimed), so later calls compile nothing

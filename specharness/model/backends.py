@@ -145,7 +145,7 @@ class EagerBackend:
         return T
 
     @contextmanager
-    def in_background(self) -> Iterator[None]:
+    def in_background(self, wait: bool = True) -> Iterator[None]:
         """Untimed work (warm-up) during which graphs may build in the background (``CompiledBackend``);
         nothing to build here."""
         yield
@@ -226,14 +226,19 @@ class CompiledBackend(EagerBackend):
                                     quiet=options.quiet_autotune, wide_autotune=options.wide_autotune)
 
     @contextmanager
-    def in_background(self) -> Iterator[None]:
+    def in_background(self, wait: bool = True) -> Iterator[None]:
         """Within this block a graph missing from the store is exported, its package built by a child
         process (``graph_store.GraphStore.start``: one per core at once), and its calls run eagerly
         meanwhile: only for untimed work, whose outputs are those of the same layers. Leaving the
         block waits for every build and loads it (a failed build is compiled by torch.compile then),
         so nothing compiles after it. Interrupted, it stops the builds; finished packages stay. With one
         core to build on (``GraphStore.jobs``: a pinned test worker) a child would only add its start-up,
-        so graphs build in this process, as outside the block."""
+        so graphs build in this process, as outside the block.
+
+        ``wait=False`` leaves the block once one build has succeeded (the compiler works), the others
+        still building: a later block's builds start beside them (the compile check's long prefill
+        graph beside the warm-up's first exports). Any call outside a block waits for them first, so
+        nothing timed runs eagerly."""
         if self.store is None or self.deferred or self.store.jobs < 2:
             yield
             return
@@ -246,29 +251,36 @@ class CompiledBackend(EagerBackend):
             raise
         finally:
             self.deferred = False
-        self.finish()
+        self.finish(one=not wait)
 
     @property
     def build_jobs(self) -> int:
         return self.store.jobs if self.deferred else 1
 
-    def finish(self) -> None:
-        """Wait for the background builds, as they end, and load their packages."""
-        pending, self.building = {build: (signed, stack, args, wide) for signed, (build, stack, args, wide)
-                                  in self.building.items()}, {}
+    def finish(self, one: bool = False) -> None:
+        """Wait for the background builds, as they end, and load their packages (a failed one is
+        compiled by torch.compile then). ``one``: only until one has built, the rest left building
+        (``in_background(wait=False)``); they are waited for by the next call outside a block."""
         waited = time.perf_counter()
-        while pending:
-            build = self.store.wait_any(list(pending))
-            (key, sig), stack, args, wide = pending.pop(build)
-            if build.package is not None:
-                self.packages[(key, sig)] = build.package
-            else:  # its build failed (the reason is in store.failures): torch.compile it now, untimed
-                with torch.inference_mode():
-                    self._compiled(key.stack, stack, (*examples(args, wide), *args[6:]), not wide, mark=True)
-            self.compile_times[key] = build.seconds
-            if self.on_graph_built is not None:
-                self.on_graph_built(key, build.seconds, len(pending))
-        self.compile_s += time.perf_counter() - waited
+        try:
+            while self.building:
+                by_build = {build: signed for signed, (build, *_) in self.building.items()}
+                build = self.store.wait_any(list(by_build))
+                signed = by_build[build]
+                _, stack, args, wide = self.building.pop(signed)
+                key = signed[0]
+                if build.package is not None:
+                    self.packages[signed] = build.package
+                else:  # its build failed (the reason is in store.failures): torch.compile it now, untimed
+                    with torch.inference_mode():
+                        self._compiled(key.stack, stack, (*examples(args, wide), *args[6:]), not wide, mark=True)
+                self.compile_times[key] = build.seconds
+                if self.on_graph_built is not None:
+                    self.on_graph_built(key, build.seconds, len(self.building))
+                if one and build.package is not None:
+                    return
+        finally:
+            self.compile_s += time.perf_counter() - waited
 
     def _compile(self, stack: DecoderStack):
         return torch.compile(stack, fullgraph=True, mode=self.compile_mode)
@@ -306,6 +318,8 @@ class CompiledBackend(EagerBackend):
         return max(bucket(T), self.narrowest) if self._static(T, prefill) else T
 
     def __call__(self, r: ForwardRequest) -> tuple:
+        if self.building and not self.deferred:  # builds left running by in_background(wait=False)
+            self.finish()
         T = r.x.shape[0]
         static = self._static(T, r.prefill)
         key = GraphKey(r.a, r.b, r.head, r.capture, r.x.dtype == torch.long, r.skip, T if static else "wide", r.stack)

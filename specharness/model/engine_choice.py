@@ -191,9 +191,12 @@ def quick(dtype: str, load, rounds: int = 5, context: int = 256, log=print) -> t
     return EngineConfig(QUICK_DTYPES[best], "none", "quick", choice), targets[best]
 
 
-def apply(target, mode: str, watch: Callable[[object], None] | None = None) -> tuple[str, str | None]:
+def apply(target, mode: str, watch: Callable[[object], None] | None = None,
+          wait: bool = True) -> tuple[str, str | None]:
     """Switch ``target`` to ``mode``; a compile that fails falls back to eager with a reason.
-    ``watch(backend)`` sees the new backend before it compiles anything (a progress observer)."""
+    ``watch(backend)`` sees the new backend before it compiles anything (a progress observer).
+    ``wait=False`` returns once one graph has built (the compiler works), the others building on
+    (``CompiledBackend.in_background``): a run's warm-up starts its builds beside them."""
     if mode == "none":
         target.compile("none")
         return "none", None
@@ -201,7 +204,7 @@ def apply(target, mode: str, watch: Callable[[object], None] | None = None) -> t
         target.compile(mode)
         if watch is not None:
             watch(target.backend)
-        with target.backend.in_background():  # the prefill's and the step's graphs build side by side
+        with target.backend.in_background(wait=wait):  # the prefill's and the step's graphs build side by side
             step_ms(target, context=16, repeats=1)  # compiles now: a failure shows here, not mid-run
         return mode, None
     except UsageError:
