@@ -128,7 +128,9 @@ def check_args(model: str, device: str, budget: float | None, threads: int | Non
     from .session import check_threads
     check_device(device)
     names = [n for n, _ in STAGES]
-    stages = list(stages) if stages else names
+    if stages is not None and not stages:
+        raise UsageError("--stages is empty; give some of " + ",".join(names))
+    stages = list(stages) if stages is not None else names
     unknown = [n for n in stages if n not in names]
     if unknown:
         raise UsageError(f"--stages: unknown stage '{unknown[0]}'; give some of {','.join(names)}")
