@@ -16,6 +16,8 @@ they want directly (``EngineOptions(narrow_attention="off")``) instead of settin
 | SPECHARNESS_AOT_GRAPHS | ``aot_graphs`` | 1 (default), 0 |
 | SPECHARNESS_NARROWEST | ``narrowest`` | auto (default: as measured for this CPU, dtype and mode), 1, 2 |
 | SPECHARNESS_WIDE_AUTOTUNE | ``wide_autotune`` | 0 (default), 1: the dynamic-width (prefill) graph under max-autotune too |
+| SPECHARNESS_GEMM | ``gemm`` | auto (default: one kernel family per width where measured here), autotune, cpp, aten |
+| SPECHARNESS_AUTOTUNE_TIMING | ``autotune_timing`` | fastest (default: one benchmark at a time, its fastest call), inductor |
 
 Inductor's own ``TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED`` and
 ``TORCHINDUCTOR_MAX_AUTOTUNE_REPORT_CHOICES_STATS``, when the user sets them, keep max-autotune's
@@ -43,6 +45,10 @@ PREPACKED_ENV = "SPECHARNESS_CACHE_PREPACKED"
 AOT_ENV = "SPECHARNESS_AOT_GRAPHS"
 NARROWEST_ENV = "SPECHARNESS_NARROWEST"
 WIDE_AUTOTUNE_ENV = "SPECHARNESS_WIDE_AUTOTUNE"
+GEMM_ENV = "SPECHARNESS_GEMM"
+GEMM_CHOICES = ("auto", "autotune", "cpp", "aten")
+TIMING_ENV = "SPECHARNESS_AUTOTUNE_TIMING"
+TIMING_CHOICES = ("fastest", "inductor")
 INDUCTOR_TABLES_ENV = ("TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED", "TORCHINDUCTOR_MAX_AUTOTUNE_REPORT_CHOICES_STATS")
 
 
@@ -66,12 +72,23 @@ class EngineOptions:
     # bucket) autotuned too. Off: it is a first run's longest build (114 s against 102 s without) and its
     # prefills ran as fast (0.92-1.03x at 64-512 tokens; results/smollm2-cpu-epyc-wide-autotune)
     wide_autotune: bool = False
+    # the GEMM kernels of a static graph under max-autotune on CPU: "auto" (inductor's C++ template alone
+    # or oneDNN alone, by width, where measured: ``model.backends.GEMM_FAMILIES``; elsewhere autotuned),
+    # "autotune" (max-autotune's own choice per GEMM), "cpp" or "aten" (that family alone at every width)
+    gemm: str = "auto"
+    # how max-autotune times a CPU kernel choice: "fastest" (one benchmark at a time across processes,
+    # its fastest call; ``model.accel.autotune_timing``) or "inductor" (the median, as torch does)
+    autotune_timing: str = "fastest"
 
     def __post_init__(self) -> None:
         if self.narrow_attention not in NARROW_CHOICES:
             raise UsageError(f"narrow_attention '{self.narrow_attention}': choose one of {', '.join(NARROW_CHOICES)}")
         if self.narrowest not in NARROWEST_CHOICES:
             raise UsageError(f"narrowest '{self.narrowest}': choose one of {', '.join(NARROWEST_CHOICES)}")
+        if self.gemm not in GEMM_CHOICES:
+            raise UsageError(f"gemm '{self.gemm}': choose one of {', '.join(GEMM_CHOICES)}")
+        if self.autotune_timing not in TIMING_CHOICES:
+            raise UsageError(f"autotune_timing '{self.autotune_timing}': choose one of {', '.join(TIMING_CHOICES)}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "EngineOptions":
@@ -84,7 +101,8 @@ class EngineOptions:
         return cls(pinned=parse_pin(env.get(PIN_ENV)), narrow_attention=narrow,
                    amx_prefetch=_flag(env, PREFETCH_ENV), cpp_wrapper=_flag(env, CPP_WRAPPER_ENV),
                    cache_prepacked=_flag(env, PREPACKED_ENV), aot_graphs=_flag(env, AOT_ENV), narrowest=_narrowest(env),
-                   wide_autotune=_flag(env, WIDE_AUTOTUNE_ENV, "0"),
+                   wide_autotune=_flag(env, WIDE_AUTOTUNE_ENV, "0"), autotune_timing=_choice(env, TIMING_ENV, TIMING_CHOICES),
+                   gemm=_choice(env, GEMM_ENV, GEMM_CHOICES),
                    quiet_autotune=not any(name in env for name in INDUCTOR_TABLES_ENV))
 
     def record(self) -> dict:
@@ -112,6 +130,14 @@ def _narrowest(env: Mapping[str, str]) -> str:
     value = env.get(NARROWEST_ENV, "auto")
     if value not in NARROWEST_CHOICES:
         raise UsageError(f"${NARROWEST_ENV}={value!r}: write auto, 1 or 2")
+    return value
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """The variable's value, one of ``choices`` (unset: the first)."""
+    value = env.get(name, choices[0])
+    if value not in choices:
+        raise UsageError(f"${name}={value!r}: write {', '.join(choices[:-1])} or {choices[-1]}")
     return value
 
 

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ..engine_options import EngineOptions
-from .accel import amx_prefetch
+from .accel import amx_prefetch, autotune_timing
 from .accel.inductor_cache import cache_prepacked_graphs
 from .graph_store import examples
 from .stack import DecoderStack, Skip
@@ -56,6 +56,37 @@ def narrowest_width(option: str, dtype: torch.dtype, mode: str, device: torch.de
     return 1, "width 1 measured fastest, or not measured here"
 
 
+# Where one GEMM kernel family beats max-autotune's per-GEMM choice at every width, a static graph is
+# built with that family alone: (CPU flag present, flag absent, dtype, mode, widest width for
+# inductor's C++ GEMM template, beyond it oneDNN's, evidence). Max-autotune times each layer's GEMMs
+# apart, on weights left in cache by the previous call, and its picks lost to either family whole in
+# place; elsewhere max-autotune chooses (its timings: ``accel.autotune_timing``).
+GEMM_FAMILIES = (
+    ("avx512_bf16", "amx_tile", torch.bfloat16, "max-autotune", 4,
+     "2-core AMD EPYC, SmolLM2-135M, 2 threads, the full model's forward at widths 2/4/8/16: the C++ template "
+     "alone 7.7/9.6/40.5 ms, oneDNN alone 15.1/13.3/15.7/21.6, max-autotune's mix 8.9-10.3/10.9-12.8/17.3-21.6/"
+     "24.5-28.4 over three builds (results/smollm2-cpu-epyc-gemm-families)"),
+)
+
+
+def gemm_family(option: str, width: int | str, dtype: torch.dtype, mode: str, device: torch.device) -> str | None:
+    """Inductor's GEMM backends for a graph of ``width`` positions ("wide": the dynamic one): "CPP" or
+    "ATEN" alone, or None for max-autotune's own choice among both. ``option`` (``EngineOptions.gemm``)
+    "auto" follows ``GEMM_FAMILIES`` where this CPU, dtype and mode were measured."""
+    if mode != "max-autotune" or device.type != "cpu" or option == "autotune":
+        return None
+    if option in ("cpp", "aten"):
+        return option.upper()
+    if width == "wide":
+        return None
+    from .engine_choice import cpu_features
+    features = cpu_features()
+    for has, lacks, d, m, widest_cpp, _ in GEMM_FAMILIES:
+        if has in features and lacks not in features and dtype == d and mode == m:
+            return "CPP" if width <= widest_cpp else "ATEN"
+    return None
+
+
 def bucket(T: int) -> int:
     """The narrowest width bucket that holds T positions (T itself past the widest)."""
     return next((w for w in WIDTH_BUCKETS if w >= T), T)
@@ -81,7 +112,7 @@ class ForwardRequest:
 
 
 # the engine switches a stored graph's kernels depend on (``graph_store``'s key)
-STORE_SWITCHES = ("narrow_attention", "amx_prefetch", "cpp_wrapper", "narrowest")
+STORE_SWITCHES = ("narrow_attention", "amx_prefetch", "cpp_wrapper", "narrowest", "autotune_timing")  # gemm: per graph
 
 
 class GraphKey(NamedTuple):
@@ -205,6 +236,8 @@ class CompiledBackend(EagerBackend):
             inductor_config.freezing = True
             cache_prepacked_graphs(options.cache_prepacked)  # a second run reads its graphs from inductor's disk cache
             self.amx_prefetch = mode == "max-autotune" and amx_prefetch.install(options.amx_prefetch)
+            if mode == "max-autotune":  # this process's own compiles (drafter modules) time kernels too
+                autotune_timing.install(options.autotune_timing)
             # the calls between kernels in C++: a graph's Python wrapper cost 0.75 ms of a width-1 step
             # and 1.6 ms at width 8, where attention is an extern SDPA call (results/smollm2-cpu-xeon-profile-v4)
             self.cpp_wrapper = inductor_config.cpp_wrapper = options.cpp_wrapper
@@ -222,8 +255,10 @@ class CompiledBackend(EagerBackend):
         self.deferred = False  # inside ``in_background``
         if device.type == "cpu" and options.aot_graphs and self.cpp_wrapper:
             from .graph_store import GraphStore
+            dtype = stacks[""].embed_weight.dtype
             self.store = GraphStore(mode, {k: v for k, v in options.record().items() if k in STORE_SWITCHES},
-                                    quiet=options.quiet_autotune, wide_autotune=options.wide_autotune)
+                                    quiet=options.quiet_autotune, wide_autotune=options.wide_autotune,
+                                    gemm=lambda width: gemm_family(options.gemm, width, dtype, mode, device))
 
     @contextmanager
     def in_background(self, wait: bool = True) -> Iterator[None]:

@@ -9,7 +9,7 @@ two packages at once, and the parent's untimed warm-up forwards run eagerly mean
 SPEC is a JSON file written by ``GraphStore.start``: the exported program's file, the package to
 write (built under a ``.building.pt2`` name, renamed when whole), its record, inductor's settings and
 the parent's engine settings that change kernels (threads, the AMX prefetch edit, our attention
-kernel). Exit status 0: the package is in place; else the last stderr line says why.
+kernel, how autotune times its choices). Exit status 0: the package is in place; else the last stderr line says why.
 """
 
 from __future__ import annotations
@@ -48,6 +48,9 @@ def build(spec: dict) -> None:
     if spec["quiet_autotune"]:
         inductor_config.autotune_num_choices_displayed = 0
         inductor_config.max_autotune_report_choices_stats = False
+    if "max_autotune" in spec["configs"]:  # one kernel timed at a time, beside the other builds
+        from .accel import autotune_timing
+        autotune_timing.install(spec["autotune_timing"])
     if spec["amx_prefetch"]:
         from .accel import amx_prefetch
         amx_prefetch.install(True)

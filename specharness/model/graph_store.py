@@ -127,13 +127,16 @@ class Package:
         return self.unflatten(self.run(list(tensors)), self.out_spec)
 
 
-def inductor_configs(mode: str, wide: bool, wide_autotune: bool) -> dict:
+def inductor_configs(mode: str, wide: bool, wide_autotune: bool, gemm: str | None = None) -> dict:
     """inductor's settings for one package: frozen weights and the C++ wrapper always; max-autotune's
     kernel search for static widths, and for the dynamic-width graph only where ``wide_autotune``
-    (``EngineOptions``: it builds longer and its prefills ran no faster)."""
+    (``EngineOptions``: it builds longer and its prefills ran no faster); ``gemm``: the one GEMM kernel
+    family it may use ("CPP", "ATEN": ``backends.gemm_family``), None for its own choice."""
     configs = {"freezing": True, "cpp_wrapper": True}
     if mode == "max-autotune" and (wide_autotune or not wide):
         configs.update(max_autotune=True, coordinate_descent_tuning=True)
+        if gemm is not None:
+            configs["max_autotune_gemm_backends"] = gemm
     return configs
 
 
@@ -148,9 +151,11 @@ class GraphStore:
     graphs came which way."""
 
     def __init__(self, mode: str, settings: dict, root: Path | None = None, quiet: bool = True,
-                 jobs: int | None = None, wide_autotune: bool = False) -> None:
+                 jobs: int | None = None, wide_autotune: bool = False,
+                 gemm: Callable[[int | str], str | None] | None = None) -> None:
         self.mode, self.root, self.quiet, self.jobs = mode, root or store_dir(), quiet, jobs or default_jobs()
         self.wide_autotune = wide_autotune  # keys a package through its inductor settings: wide ones only
+        self.gemm = gemm or (lambda width: None)  # a graph's width -> its GEMM kernel family, None: autotuned
         self.env = {"torch": torch.__version__, "cpu": _cpu(), "threads": torch.get_num_threads(), "mode": mode,
                     "code": _code_digest(), **settings}
         self.digests: dict[int, tuple[tuple[int, ...], str]] = {}  # id(stack) -> (param versions, digest)
@@ -184,7 +189,7 @@ class GraphStore:
         record = {**self.env, "graph": repr(tuple(graph._replace(stack=""))),  # the stack by its weights, not its name
                   "weights": self.weights_digest(stack), "inputs": repr(self.signature(stack, args, wide)),
                   "stack": repr((stack.eps, stack.shape, stack.cache_layers)),
-                  "inductor": inductor_configs(self.mode, wide, self.wide_autotune)}
+                  "inductor": inductor_configs(self.mode, wide, self.wide_autotune, self.gemm(graph.width))}
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:24], record
 
     @staticmethod
@@ -251,6 +256,7 @@ class GraphStore:
                 "record": record, "configs": configs, "threads": self.env["threads"], "quiet_autotune": self.quiet,
                 "amx_prefetch": bool(self.env.get("amx_prefetch")) and self.mode == "max-autotune",
                 "narrow_attention": self.env.get("narrow_attention", "on"),
+                "autotune_timing": self.env.get("autotune_timing", "fastest"),
                 "export_s": time.perf_counter() - started}
         if not background:
             return self._build_here(graph, path, exported, spec, started)
