@@ -253,3 +253,38 @@ def test_max_autotune_searches_the_static_graphs_kernels_and_the_wide_graphs_onl
     assert on.key(static, stack, args, False)[0] == off.key(static, stack, args, False)[0]
     assert on.key(wide, stack, args, True)[0] != off.key(wide, stack, args, True)[0]
     assert "max_autotune" in on.key(wide, stack, args, True)[1]["inductor"]
+
+
+def test_a_short_disk_loses_stale_packages_oldest_first_and_then_says_so_in_one_line(tmp_path, monkeypatch):
+    from specharness.errors import UsageError
+    from specharness.model import graph_store
+    store = GraphStore("max-autotune", {}, root=tmp_path)
+    sizes = {}
+
+    def package(name: str, record: dict | None, age: int, size: int) -> Path:
+        path = tmp_path / f"{name}.pt2"
+        path.write_bytes(b"x")
+        if record is not None:
+            path.with_suffix(".json").write_text(json.dumps(record))
+        os.utime(path, (1_000_000 + age, 1_000_000 + age))
+        sizes[path] = size
+        return path
+
+    current = {"code": store.env["code"], "torch": store.env["torch"]}
+    old_code = package("a", {**current, "code": "0" * 16}, age=1, size=3)
+    old_torch = package("b", {**current, "torch": "2.0.0"}, age=2, size=3)
+    unrecorded = package("c", None, age=3, size=3)
+    mine = package("d", current, age=0, size=50)
+    scratch = package("e.program", None, age=0, size=50)  # a running build's: never touched
+    assert store.stale() == [old_code, old_torch, unrecorded]
+
+    def free_bytes(_path):  # what the deleted packages gave back, on a disk that had 1 byte free
+        return type("Usage", (), {"free": 1 + sum(s for p, s in sizes.items() if not p.exists())})()
+
+    monkeypatch.setattr(graph_store.shutil, "disk_usage", free_bytes)
+    store.ensure_space(need=6)  # the two oldest stale ones are enough
+    assert not old_code.exists() and not old_code.with_suffix(".json").exists() and not old_torch.exists()
+    assert unrecorded.exists() and mine.exists() and scratch.exists()
+    with pytest.raises(UsageError, match=r"GB free on the disk of .*: free some space, or set SPECHARNESS_CACHE"):
+        store.ensure_space(need=100)  # every stale one deleted, still short: one line, the current package kept
+    assert not unrecorded.exists() and mine.exists() and scratch.exists()

@@ -25,7 +25,10 @@ on other strides. A graph that cannot be exported or packaged falls back to ``to
 its reason kept (``failures``). ``EngineOptions.aot_graphs`` (``SPECHARNESS_AOT_GRAPHS=0``) turns
 the store off. Disk: a package holds its frozen weights, about 270 MB for a full SmolLM2 graph in
 bfloat16, in ``$SPECHARNESS_CACHE/graphs`` (default ``~/.cache/specharness/graphs``): delete the
-folder to free it.
+folder to free it. Every change to ``specharness/model`` or torch keys new packages (a full table's
+are ~16 GB), so a build that finds less than ``MIN_FREE`` free first deletes packages no run of this
+code and torch can load, oldest first (``GraphStore.ensure_space``); a full disk had aborted a run in
+torch's zip writer. Where that frees too little, one line says so before anything is written.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -43,13 +47,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..errors import exception_line
+from ..errors import UsageError, exception_line
 from ..paths import cache_root, write_text_atomic
 from . import graph_build
 from .accel.inductor_cache import weights_digest
 
 BUILDER = [sys.executable, "-m", "specharness.model.graph_build"]  # a child that builds one package from its spec
 MAX_DIM = 1 << 16  # the widest prompt and the longest cache a package takes (the model's context is less)
+MIN_FREE = 2 << 30  # disk a build wants free: its exported program and package (~270 MB each for SmolLM2), inductor's scratch
 
 
 def store_dir() -> Path:
@@ -224,6 +229,38 @@ class GraphStore:
                 path.unlink(missing_ok=True)
         return None
 
+    def stale(self) -> list[Path]:
+        """Packages no run of this code and torch can load (another code digest or torch version, or no
+        record beside them), oldest first."""
+        found = []
+        for package in self.root.glob("*.pt2"):
+            if package.name.endswith((".program.pt2", ".building.pt2")):
+                continue  # a build's scratch: its own build removes it
+            try:
+                record = json.loads(package.with_suffix(".json").read_text())
+                current = record.get("code") == self.env["code"] and record.get("torch") == self.env["torch"]
+            except (OSError, ValueError):
+                current = False
+            if not current:
+                found.append(package)
+        return sorted(found, key=lambda p: p.stat().st_mtime)
+
+    def ensure_space(self, need: int = MIN_FREE) -> None:
+        """At least ``need`` bytes free on the store's disk, deleting ``stale`` packages (oldest first)
+        until there are; a one-line error where that is not enough."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(self.root).free
+        stale = self.stale() if free < need else []
+        while free < need and stale:
+            package = stale.pop(0)
+            package.unlink(missing_ok=True)
+            package.with_suffix(".json").unlink(missing_ok=True)
+            free = shutil.disk_usage(self.root).free
+        if free < need:
+            raise UsageError(f"{free / 2**30:.1f} GB free on the disk of {self.root}, and a compiled graph's build "
+                             f"needs {need / 2**30:.0f} GB: free some space, or set SPECHARNESS_CACHE to a larger disk "
+                             "(the run resumes where it stopped)")
+
     def start(self, graph, stack: nn.Module, args: tuple, fixed: tuple, wide: bool,
               background: bool = False) -> Build | None:
         """Export ``graph`` now and build its package: here (``background`` False: the caller waits
@@ -233,13 +270,13 @@ class GraphStore:
         from torch.export import Dim
         path, record = self.path(graph, stack, args, wide)
         started = time.perf_counter()
+        self.ensure_space()
         ctx, slots = Dim("context", min=2, max=MAX_DIM), Dim("slots", min=2, max=MAX_DIM)
         if wide:
             T = Dim("positions", min=2, max=MAX_DIM)
             dims = ({0: T}, {0: T}, {0: T}, {0: T, 1: ctx}, {2: slots}, {2: slots})
         else:
             dims = ({}, {}, {}, {1: ctx}, {2: slots}, {2: slots})
-        self.root.mkdir(parents=True, exist_ok=True)
         program = path.with_name(f"{path.stem}.program.pt2")
         try:
             with torch.no_grad():
