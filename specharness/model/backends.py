@@ -63,9 +63,9 @@ def narrowest_width(option: str, dtype: torch.dtype, mode: str, device: torch.de
 # place; elsewhere max-autotune chooses (its timings: ``accel.autotune_timing``).
 GEMM_FAMILIES = (
     ("avx512_bf16", "amx_tile", torch.bfloat16, "max-autotune", 4,
-     "2-core AMD EPYC, SmolLM2-135M, 2 threads, the full model's forward at widths 2/4/8/16: the C++ template "
-     "alone 7.7/9.6/40.5 ms, oneDNN alone 15.1/13.3/15.7/21.6, max-autotune's mix 8.9-10.3/10.9-12.8/17.3-21.6/"
-     "24.5-28.4 over three builds (results/smollm2-cpu-epyc-gemm-families)"),
+     "2-core AMD EPYC, SmolLM2-135M, 2 threads, the full model's forward at widths 2/4/8/16, every arm built "
+     "fresh and timed round-robin in one process: the C++ template alone 9.6/9.7/38.8/77.4 ms, oneDNN alone "
+     "14.1/12.7/15.4/22.0, max-autotune's per-layer mix 11.3/11.3/16.1/21.9 (results/smollm2-cpu-epyc-gemm-families)"),
 )
 
 
