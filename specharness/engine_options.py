@@ -81,14 +81,11 @@ class EngineOptions:
     autotune_timing: str = "fastest"
 
     def __post_init__(self) -> None:
-        if self.narrow_attention not in NARROW_CHOICES:
-            raise UsageError(f"narrow_attention '{self.narrow_attention}': choose one of {', '.join(NARROW_CHOICES)}")
-        if self.narrowest not in NARROWEST_CHOICES:
-            raise UsageError(f"narrowest '{self.narrowest}': choose one of {', '.join(NARROWEST_CHOICES)}")
-        if self.gemm not in GEMM_CHOICES:
-            raise UsageError(f"gemm '{self.gemm}': choose one of {', '.join(GEMM_CHOICES)}")
-        if self.autotune_timing not in TIMING_CHOICES:
-            raise UsageError(f"autotune_timing '{self.autotune_timing}': choose one of {', '.join(TIMING_CHOICES)}")
+        for name, choices in (("narrow_attention", NARROW_CHOICES), ("narrowest", NARROWEST_CHOICES),
+                              ("gemm", GEMM_CHOICES), ("autotune_timing", TIMING_CHOICES)):
+            value = getattr(self, name)
+            if value not in choices:
+                raise UsageError(f"{name} '{value}': choose one of {', '.join(choices)}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "EngineOptions":
@@ -100,7 +97,8 @@ class EngineOptions:
             raise UsageError(f"${NARROW_ENV}={env[NARROW_ENV]!r}: write 1, 0 or avx512")
         return cls(pinned=parse_pin(env.get(PIN_ENV)), narrow_attention=narrow,
                    amx_prefetch=_flag(env, PREFETCH_ENV), cpp_wrapper=_flag(env, CPP_WRAPPER_ENV),
-                   cache_prepacked=_flag(env, PREPACKED_ENV), aot_graphs=_flag(env, AOT_ENV), narrowest=_narrowest(env),
+                   cache_prepacked=_flag(env, PREPACKED_ENV), aot_graphs=_flag(env, AOT_ENV),
+                   narrowest=_choice(env, NARROWEST_ENV, NARROWEST_CHOICES),
                    wide_autotune=_flag(env, WIDE_AUTOTUNE_ENV, "0"), autotune_timing=_choice(env, TIMING_ENV, TIMING_CHOICES),
                    gemm=_choice(env, GEMM_ENV, GEMM_CHOICES),
                    quiet_autotune=not any(name in env for name in INDUCTOR_TABLES_ENV))
@@ -124,13 +122,6 @@ def parse_pin(value: str | None) -> tuple[str, str] | None:
         raise UsageError(f"${PIN_ENV}={value!r}: DTYPE one of {', '.join(DTYPE_CHOICES[1:])}, MODE one of "
                          f"{', '.join(COMPILE_CHOICES[1:])}")
     return dtype, mode
-
-
-def _narrowest(env: Mapping[str, str]) -> str:
-    value = env.get(NARROWEST_ENV, "auto")
-    if value not in NARROWEST_CHOICES:
-        raise UsageError(f"${NARROWEST_ENV}={value!r}: write auto, 1 or 2")
-    return value
 
 
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:

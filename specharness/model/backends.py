@@ -43,17 +43,23 @@ PAD_SINGLE = (
 )
 
 
+def measured_here(table: tuple[tuple, ...], dtype: torch.dtype, mode: str, device: torch.device) -> tuple | None:
+    """The row of a per-CPU table (CPU flag present, flag absent, dtype, mode, ...) that this CPU, dtype
+    and mode match, or None: what was measured, never assumed."""
+    if device.type != "cpu":
+        return None
+    from .engine_choice import cpu_features
+    features = cpu_features()
+    return next((row for row in table if row[0] in features and row[1] not in features
+                 and row[2] == dtype and row[3] == mode), None)
+
+
 def narrowest_width(option: str, dtype: torch.dtype, mode: str, device: torch.device) -> tuple[int, str]:
     """The narrowest compiled width and why: ``option`` "1" or "2" as asked, "auto" as ``PAD_SINGLE`` says."""
     if option != "auto":
         return int(option), "asked"
-    if device.type == "cpu":
-        from .engine_choice import cpu_features
-        features = cpu_features()
-        for has, lacks, d, m, why in PAD_SINGLE:
-            if has in features and lacks not in features and dtype == d and mode == m:
-                return 2, why
-    return 1, "width 1 measured fastest, or not measured here"
+    row = measured_here(PAD_SINGLE, dtype, mode, device)
+    return (2, row[-1]) if row else (1, "width 1 measured fastest, or not measured here")
 
 
 # Where one GEMM kernel family beats max-autotune's per-GEMM choice at every width, a static graph is
@@ -77,14 +83,8 @@ def gemm_family(option: str, width: int | str, dtype: torch.dtype, mode: str, de
         return None
     if option in ("cpp", "aten"):
         return option.upper()
-    if width == "wide":
-        return None
-    from .engine_choice import cpu_features
-    features = cpu_features()
-    for has, lacks, d, m, widest_cpp, _ in GEMM_FAMILIES:
-        if has in features and lacks not in features and dtype == d and mode == m:
-            return "CPP" if width <= widest_cpp else "ATEN"
-    return None
+    row = None if width == "wide" else measured_here(GEMM_FAMILIES, dtype, mode, device)
+    return None if row is None else ("CPP" if width <= row[4] else "ATEN")
 
 
 def bucket(T: int) -> int:
@@ -244,8 +244,8 @@ class CompiledBackend(EagerBackend):
         compile_mode = None if mode == "default" else ("max-autotune-no-cudagraphs" if device.type == "cpu" else mode)
         if device.type == "cuda" and mode == "default":
             compile_mode = "reduce-overhead"  # CUDA graphs: the static widths replay without launch overhead
-        self.narrowest, self.narrowest_why = narrowest_width(options.narrowest, stacks[""].embed_weight.dtype, mode,
-                                                             device)
+        dtype = stacks[""].embed_weight.dtype
+        self.narrowest, self.narrowest_why = narrowest_width(options.narrowest, dtype, mode, device)
         self.static_top = self.narrowest  # widest static bucket; expect_widths raises it to what verification needs
         self.compile_mode = compile_mode
         self.narrow = {name: self._compile(stack) for name, stack in self.stacks.items()}
@@ -255,7 +255,6 @@ class CompiledBackend(EagerBackend):
         self.deferred = False  # inside ``in_background``
         if device.type == "cpu" and options.aot_graphs and self.cpp_wrapper:
             from .graph_store import GraphStore
-            dtype = stacks[""].embed_weight.dtype
             self.store = GraphStore(mode, {k: v for k, v in options.record().items() if k in STORE_SWITCHES},
                                     quiet=options.quiet_autotune, wide_autotune=options.wide_autotune,
                                     gemm=lambda width: gemm_family(options.gemm, width, dtype, mode, device))

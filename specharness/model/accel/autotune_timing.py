@@ -36,8 +36,6 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-TIMINGS = ("fastest", "inductor")
-
 _installed: Path | None = None
 
 
@@ -86,8 +84,9 @@ def install(timing: str = "fastest", lock: Path | None = None) -> bool:
     "inductor": left as torch has it). Where torch's benchmarker is not where this expects (another
     torch), nothing changes."""
     global _installed
-    if timing not in TIMINGS:
-        raise ValueError(f"autotune timing '{timing}': choose one of {', '.join(TIMINGS)}")
+    from ...engine_options import TIMING_CHOICES
+    if timing not in TIMING_CHOICES:
+        raise ValueError(f"autotune timing '{timing}': choose one of {', '.join(TIMING_CHOICES)}")
     if timing == "inductor":
         return False
     if _installed is not None:
