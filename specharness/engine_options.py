@@ -16,7 +16,7 @@ they want directly (``EngineOptions(narrow_attention="off")``) instead of settin
 | SPECHARNESS_AOT_GRAPHS | ``aot_graphs`` | 1 (default), 0 |
 | SPECHARNESS_NARROWEST | ``narrowest`` | auto (default: as measured for this CPU, dtype and mode), 1, 2 |
 | SPECHARNESS_WIDE_AUTOTUNE | ``wide_autotune`` | 0 (default), 1: the dynamic-width (prefill) graph under max-autotune too |
-| SPECHARNESS_GEMM | ``gemm`` | auto (default: one kernel family per width where measured here), autotune, cpp, aten |
+| SPECHARNESS_GEMM | ``gemm`` | auto (default: one kernel family per width where measured here), autotune, cpp, aten, narrow (our bfloat16 kernel at every static width) |
 | SPECHARNESS_AUTOTUNE_TIMING | ``autotune_timing`` | fastest (default: one benchmark at a time, its fastest call), inductor |
 
 Inductor's own ``TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED`` and
@@ -46,7 +46,7 @@ AOT_ENV = "SPECHARNESS_AOT_GRAPHS"
 NARROWEST_ENV = "SPECHARNESS_NARROWEST"
 WIDE_AUTOTUNE_ENV = "SPECHARNESS_WIDE_AUTOTUNE"
 GEMM_ENV = "SPECHARNESS_GEMM"
-GEMM_CHOICES = ("auto", "autotune", "cpp", "aten")
+GEMM_CHOICES = ("auto", "autotune", "cpp", "aten", "narrow")
 TIMING_ENV = "SPECHARNESS_AUTOTUNE_TIMING"
 TIMING_CHOICES = ("fastest", "inductor")
 INDUCTOR_TABLES_ENV = ("TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED", "TORCHINDUCTOR_MAX_AUTOTUNE_REPORT_CHOICES_STATS")
@@ -74,7 +74,8 @@ class EngineOptions:
     wide_autotune: bool = False
     # the GEMM kernels of a static graph under max-autotune on CPU: "auto" (inductor's C++ template alone
     # or oneDNN alone, by width, where measured: ``model.backends.GEMM_FAMILIES``; elsewhere autotuned),
-    # "autotune" (max-autotune's own choice per GEMM), "cpp" or "aten" (that family alone at every width)
+    # "autotune" (max-autotune's own choice per GEMM), "cpp" or "aten" (that family alone at every width),
+    # "narrow" (our bfloat16 kernel, ``model.accel.narrow_linear``, in every static graph; oneDNN elsewhere)
     gemm: str = "auto"
     # how max-autotune times a CPU kernel choice: "fastest" (one benchmark at a time across processes,
     # its fastest call; ``model.accel.autotune_timing``) or "inductor" (the median, as torch does)

@@ -14,16 +14,19 @@ import torch
 from specharness.engine_options import EngineOptions
 from specharness.errors import UsageError
 from specharness.model import backends, engine_choice
-from specharness.model.accel import autotune_timing
+from specharness.model.accel import autotune_timing, narrow_linear
 from specharness.model.graph_store import GraphStore, inductor_configs
 
 CPU = torch.device("cpu")
 
 
-def test_the_measured_cpu_gets_the_cpp_template_up_to_width_4_and_onednn_past_it(monkeypatch):
+def test_the_measured_cpu_gets_the_cpp_template_then_our_kernel_then_onednn(monkeypatch):
     monkeypatch.setattr(engine_choice, "cpu_features", lambda: ("avx512_bf16", "avx512f"))
+    monkeypatch.setattr(narrow_linear, "available", lambda device: True)
     family = lambda width, dtype=torch.bfloat16, mode="max-autotune", option="auto", device=CPU: \
         backends.gemm_family(option, width, dtype, mode, device)  # noqa: E731
+    assert [family(w) for w in (1, 2, 4, 8, 16, 64)] == ["CPP", "CPP", "NARROW", "NARROW", "NARROW", "ATEN"]
+    monkeypatch.setattr(narrow_linear, "available", lambda device: False)  # our library did not build: the next tier
     assert [family(w) for w in (1, 2, 4, 8, 16, 64)] == ["CPP", "CPP", "CPP", "ATEN", "ATEN", "ATEN"]
     assert family("wide") is None  # the dynamic graph: not what was measured
     assert family(2, dtype=torch.float32) is None and family(8, mode="default") is None
@@ -56,7 +59,7 @@ def test_the_gemm_switch_is_read_from_the_environment_and_a_bad_value_is_one_lin
     assert EngineOptions().gemm == "auto" and EngineOptions().autotune_timing == "fastest"
     assert EngineOptions.from_env({"SPECHARNESS_GEMM": "aten"}).gemm == "aten"
     assert EngineOptions.from_env({"SPECHARNESS_AUTOTUNE_TIMING": "inductor"}).autotune_timing == "inductor"
-    with pytest.raises(UsageError, match=r"SPECHARNESS_GEMM='onednn': write auto, autotune, cpp or aten"):
+    with pytest.raises(UsageError, match=r"SPECHARNESS_GEMM='onednn': write auto, autotune, cpp, aten or narrow"):
         EngineOptions.from_env({"SPECHARNESS_GEMM": "onednn"})
     with pytest.raises(UsageError, match="SPECHARNESS_AUTOTUNE_TIMING"):
         EngineOptions.from_env({"SPECHARNESS_AUTOTUNE_TIMING": "median"})

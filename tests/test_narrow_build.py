@@ -112,8 +112,9 @@ def test_the_loader_compiles_the_copy_in_the_build_directory_with_no_stale_lock(
     assert narrow_attention._build() == "its build failed (RuntimeError: stop here)"
     (first, directory, stale), (second, _, _) = calls
     assert directory == build_dir and not stale
-    assert first == second == [str(build_dir / narrow_attention.SOURCE.name)]
-    assert (build_dir / narrow_attention.SOURCE.name).read_bytes() == narrow_attention.SOURCE.read_bytes()
+    assert first == second == [str(build_dir / source.name) for source in narrow_attention.SOURCES]
+    for source in narrow_attention.SOURCES:
+        assert (build_dir / source.name).read_bytes() == source.read_bytes()
 
 
 @pytest.mark.parametrize("why", [None, "its build failed (RuntimeError: no compiler)"])

@@ -13,7 +13,7 @@
 # Run it from anywhere with nothing else on the machine (about 2 h 10 min); rerunning resumes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-OUT=results/smollm2-cpu-epyc-n10-v5
+OUT="${OUT:-results/smollm2-cpu-epyc-n10-v5}"  # a rerun for another folder sets OUT (and LIMIT)
 BENCH="${SPECBENCH:-../shared/specbench/question.jsonl}"
 EAGLE=depth=3:top_k=4:total_tokens=7:draft_vocab=4096
 METHODS=vanilla,pld:max_ngram=3:k=7,recycling:top_k=8:nodes=7,lookahead:window=4:ngram=3:guesses=2

@@ -20,9 +20,10 @@ import torch
 from torch import nn
 
 from ..engine_options import EngineOptions
-from .accel import amx_prefetch, autotune_timing
+from .accel import amx_prefetch, autotune_timing, narrow_linear
 from .accel.inductor_cache import cache_prepacked_graphs
 from .graph_store import examples
+from .layers import Gemm
 from .stack import DecoderStack, Skip
 
 COMPILE_MODES = ("none", "default", "max-autotune")
@@ -62,29 +63,41 @@ def narrowest_width(option: str, dtype: torch.dtype, mode: str, device: torch.de
     return (2, row[-1]) if row else (1, "width 1 measured fastest, or not measured here")
 
 
-# Where one GEMM kernel family beats max-autotune's per-GEMM choice at every width, a static graph is
-# built with that family alone: (CPU flag present, flag absent, dtype, mode, widest width for
-# inductor's C++ GEMM template, beyond it oneDNN's, evidence). Max-autotune times each layer's GEMMs
-# apart, on weights left in cache by the previous call, and its picks lost to either family whole in
-# place; elsewhere max-autotune chooses (its timings: ``accel.autotune_timing``).
+# Where one GEMM kernel family per width beats max-autotune's per-GEMM choice, a static graph is built
+# with that family alone: (CPU flag present, flag absent, dtype, mode, tiers, evidence). A graph of
+# ``width`` positions takes the first tier (widest width, family) that holds it and whose family is
+# usable here ("NARROW": our ``accel.narrow_linear``, where the engine's C++ library loads); "CPP" is
+# inductor's C++ GEMM template, "ATEN" oneDNN. Max-autotune times each layer's GEMMs apart, on weights
+# left in cache by the previous call, and its picks lost to one family whole in place; elsewhere
+# max-autotune chooses (its timings: ``accel.autotune_timing``).
 GEMM_FAMILIES = (
-    ("avx512_bf16", "amx_tile", torch.bfloat16, "max-autotune", 4,
-     "2-core AMD EPYC, SmolLM2-135M, 2 threads, the full model's forward at widths 2/4/8/16, every arm built "
-     "fresh and timed round-robin in one process: the C++ template alone 9.6/9.7/38.8/77.4 ms, oneDNN alone "
-     "14.1/12.7/15.4/22.0, max-autotune's per-layer mix 11.3/11.3/16.1/21.9 (results/smollm2-cpu-epyc-gemm-families)"),
+    ("avx512_bf16", "amx_tile", torch.bfloat16, "max-autotune", ((2, "CPP"), (16, "NARROW"), (4, "CPP"), (None, "ATEN")),
+     "2-core AMD EPYC, SmolLM2-135M, 2 threads, the full model's forward at widths 2/4/8/16, every arm built fresh "
+     "and timed round-robin in one process: our kernel alone 8.6/9.4/10.6/21.0 ms, the C++ template alone "
+     "8.0 at width 2 (9.6/9.7/38.8/77.4 in the first A/B), oneDNN alone 14.1/12.7/15.4/22.0, max-autotune's "
+     "per-layer mix 11.3/11.3/16.1/21.9 (results/smollm2-cpu-epyc-narrow-linear, results/smollm2-cpu-epyc-gemm-families)"),
 )
 
 
 def gemm_family(option: str, width: int | str, dtype: torch.dtype, mode: str, device: torch.device) -> str | None:
-    """Inductor's GEMM backends for a graph of ``width`` positions ("wide": the dynamic one): "CPP" or
-    "ATEN" alone, or None for max-autotune's own choice among both. ``option`` (``EngineOptions.gemm``)
-    "auto" follows ``GEMM_FAMILIES`` where this CPU, dtype and mode were measured."""
+    """The GEMM kernels of a graph of ``width`` positions ("wide": the dynamic one): "NARROW" (our
+    ``accel.narrow_linear``: bfloat16 static widths, where the engine's C++ library loads; what it does
+    not take goes to oneDNN), inductor's "CPP" or "ATEN" alone, or None for max-autotune's own choice
+    among both. ``option`` (``EngineOptions.gemm``) "auto" follows ``GEMM_FAMILIES`` where this CPU,
+    dtype and mode were measured; "narrow" is our kernel at every static width (else "ATEN")."""
+    def usable(family: str) -> bool:
+        return family != "NARROW" or (width != "wide" and dtype == torch.bfloat16 and narrow_linear.available(device))
+
+    if option == "narrow" and usable("NARROW"):
+        return "NARROW"
     if mode != "max-autotune" or device.type != "cpu" or option == "autotune":
         return None
-    if option in ("cpp", "aten"):
-        return option.upper()
+    if option in ("cpp", "aten", "narrow"):
+        return "ATEN" if option == "narrow" else option.upper()
     row = None if width == "wide" else measured_here(GEMM_FAMILIES, dtype, mode, device)
-    return None if row is None else ("CPP" if width <= row[4] else "ATEN")
+    if row is None:
+        return None
+    return next(family for widest, family in row[4] if (widest is None or width <= widest) and usable(family))
 
 
 def bucket(T: int) -> int:
@@ -140,6 +153,7 @@ class EagerBackend:
     amx_prefetch = False  # the AMX GEMM template's weight prefetch is in its graphs (accel.amx_prefetch)
     narrowest, narrowest_why = 1, "eager: nothing is padded"  # the narrowest width a forward runs at
     cpp_wrapper = False  # inductor's wrapper code (the calls between kernels) is C++, not Python
+    gemm = Gemm()  # the static widths whose graphs take our linear kernel (none: nothing is compiled)
 
     def __init__(self, stacks: dict[str, DecoderStack]) -> None:
         self.stacks = dict(stacks)  # "" = the target's own; drafters' stacks run through the same backend
@@ -248,6 +262,10 @@ class CompiledBackend(EagerBackend):
         self.narrowest, self.narrowest_why = narrowest_width(options.narrowest, dtype, mode, device)
         self.static_top = self.narrowest  # widest static bucket; expect_widths raises it to what verification needs
         self.compile_mode = compile_mode
+        # the static widths whose graphs take our linear kernel (``layers.Gemm``): every stack's, drafters' too
+        self.gemm = Gemm(tuple(w for w in WIDTH_BUCKETS if gemm_family(options.gemm, w, dtype, mode, device) == "NARROW"))
+        for stack in self.stacks.values():
+            stack.gemm = self.gemm
         self.narrow = {name: self._compile(stack) for name, stack in self.stacks.items()}
         self.wide = torch.compile(_forward_wide, fullgraph=True, dynamic=True)
         self.packages: dict[tuple, Callable] = {}  # (graph key, its inputs' signature) -> the store's package
@@ -341,6 +359,7 @@ class CompiledBackend(EagerBackend):
 
     def add_stack(self, name: str, stack: DecoderStack) -> None:
         super().add_stack(name, stack)
+        stack.gemm = self.gemm
         self.narrow[name] = self._compile(stack)
 
     def _static(self, T: int, prefill: bool) -> bool:

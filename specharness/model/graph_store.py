@@ -136,12 +136,13 @@ def inductor_configs(mode: str, wide: bool, wide_autotune: bool, gemm: str | Non
     """inductor's settings for one package: frozen weights and the C++ wrapper always; max-autotune's
     kernel search for static widths, and for the dynamic-width graph only where ``wide_autotune``
     (``EngineOptions``: it builds longer and its prefills ran no faster); ``gemm``: the one GEMM kernel
-    family it may use ("CPP", "ATEN": ``backends.gemm_family``), None for its own choice."""
+    family it may use ("CPP", "ATEN": ``backends.gemm_family``; "NARROW", our kernel's graphs, leave
+    what it does not take to oneDNN), None for its own choice."""
     configs = {"freezing": True, "cpp_wrapper": True}
     if mode == "max-autotune" and (wide_autotune or not wide):
         configs.update(max_autotune=True, coordinate_descent_tuning=True)
         if gemm is not None:
-            configs["max_autotune_gemm_backends"] = gemm
+            configs["max_autotune_gemm_backends"] = "ATEN" if gemm == "NARROW" else gemm
     return configs
 
 
@@ -184,10 +185,10 @@ class GraphStore:
     def signature(stack: nn.Module, args: tuple, wide: bool) -> tuple:
         """What a package is specialised on besides its graph key and weights, cheap enough for every
         call: the inputs' dtypes and static shapes, and the stack's attention kernel path (it
-        changes when our kernel fails mid-run)."""
+        changes when our kernel fails mid-run) and linear kernel per width."""
         x, bias, keys = args[0], args[3], args[4]
         return (x.dtype, x.shape[1:] if wide else x.shape, bias.dtype, keys.dtype, keys.shape[:2], keys.shape[3],
-                stack.attention)
+                stack.attention, stack.gemm)
 
     def key(self, graph, stack: nn.Module, args: tuple, wide: bool) -> tuple[str, dict]:
         """The package's file stem and the readable record it is stored with."""

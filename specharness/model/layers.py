@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ..tree import Tree
-from .accel import narrow_attention
+from .accel import narrow_attention, narrow_linear
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -142,6 +142,24 @@ class Attention:
         return o.view(H, T, d).transpose(0, 1).reshape(T, H * d).to(out_dtype)
 
 
+@dataclass(frozen=True)
+class Gemm:
+    """The linear layers' kernel in a stack's compiled graphs: ``widths`` are the static widths whose
+    graphs call our C++ kernel (``accel.narrow_linear``, chosen per width by
+    ``backends.gemm_family``); everything else (eager calls, the dynamic-width graph, other widths,
+    shapes it does not take, a forward that trains) is ``F.linear``, whose kernel inductor picks.
+    Only inside a compiled graph: there the weights' packing is folded into constants at freezing,
+    while eagerly it would copy every weight per call."""
+
+    widths: tuple[int, ...] = ()
+
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, wide: bool = False) -> torch.Tensor:
+        if (x.shape[0] in self.widths and not wide and torch.compiler.is_compiling() and narrow_linear.fits(x, w)
+                and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))):
+            return narrow_linear.linear(x, w, b)
+        return F.linear(x, w, b)
+
+
 def write_slots(buf: torch.Tensor, layer: int, slots: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``x`` [kv heads, T, d] into slots ``slots`` of ``layer`` of a whole cache ``buf`` [layers, kv heads,
     slots, d], as one in-place write to ``buf`` itself: inside a compiled graph, a write through the
@@ -217,36 +235,38 @@ def read_bytes(layers: list[LayerWeights], *tensors: torch.Tensor | None,
 
 def self_attention(x: torch.Tensor, w: AttentionWeights, shape: HeadShape, cos: torch.Tensor, sin: torch.Tensor,
                    keys: torch.Tensor, values: torch.Tensor, layer: int, slots: torch.Tensor, bias: torch.Tensor,
-                   attention: Attention, wide: bool = False) -> torch.Tensor:
+                   attention: Attention, wide: bool = False, gemm: Gemm = Gemm()) -> torch.Tensor:
     """The attention block of a layer on ``x`` (already normed) [T, hidden]: q/k/v projection,
     rotary embedding at the positions whose ``cos``/``sin`` rows are given, attention over the
     cache's ``layer`` (writing slots ``slots``; ``Attention.__call__``), and the output projection.
     No residual."""
     T, (H, Hkv, d) = x.shape[0], shape
-    q, k, v = F.linear(x, w.wqkv, w.bqkv).split([H * d, Hkv * d, Hkv * d], dim=-1)
+    q, k, v = gemm(x, w.wqkv, w.bqkv, wide).split([H * d, Hkv * d, Hkv * d], dim=-1)
     q = rotary(q.view(T, H, d).transpose(0, 1), cos, sin)
     k = rotary(k.view(T, Hkv, d).transpose(0, 1), cos, sin)
     o = attention(q, k, v.view(T, Hkv, d).transpose(0, 1), keys, values, layer, slots, bias, wide)
-    return F.linear(o, w.wo)
+    return gemm(o, w.wo, None, wide)
 
 
-def mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
+def mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, wide: bool = False,
+        gemm: Gemm = Gemm()) -> torch.Tensor:
     """The SwiGLU feed-forward block (gate and up projections fused)."""
-    gate, up = F.linear(x, w_gate_up).chunk(2, dim=-1)
-    return F.linear(F.silu(gate) * up, w_down)
+    gate, up = gemm(x, w_gate_up, None, wide).chunk(2, dim=-1)
+    return gemm(F.silu(gate) * up, w_down, None, wide)
 
 
 def decoder_layer(h: torch.Tensor, w: LayerWeights, shape: HeadShape, eps: float, cos: torch.Tensor,
                   sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, layer: int, slots: torch.Tensor,
                   bias: torch.Tensor, attention: Attention, skip_attn: bool = False, skip_mlp: bool = False,
-                  wide: bool = False) -> torch.Tensor:
+                  wide: bool = False, gemm: Gemm = Gemm()) -> torch.Tensor:
     """One pre-norm LLaMA-family decoder layer on the hidden states ``h`` [T, hidden]: RMSNorm ->
     self-attention -> residual, RMSNorm -> SwiGLU -> residual. ``skip_attn``/``skip_mlp`` leave a
     block out (a layer-skipping self-drafter; a skipped attention writes no K/V). ``keys``/``values``:
-    a whole ``KVCache``'s tensors, of which it writes and reads ``layer``."""
+    a whole ``KVCache``'s tensors, of which it writes and reads ``layer``. ``gemm``: the linear
+    layers' kernel (``Gemm``: the stack's, in its compiled graphs)."""
     if not skip_attn:
         h = h + self_attention(rms_norm(h, w.ln1, eps), w.attn, shape, cos, sin, keys, values, layer, slots, bias,
-                               attention, wide)
+                               attention, wide, gemm)
     if not skip_mlp:
-        h = h + mlp(rms_norm(h, w.ln2, eps), w.w_gate_up, w.w_down)
+        h = h + mlp(rms_norm(h, w.ln2, eps), w.w_gate_up, w.w_down, wide, gemm)
     return h

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .layers import Attention, AttentionWeights, HeadShape, LayerWeights, decoder_layer, read_bytes, rms_norm
+from .layers import Attention, AttentionWeights, Gemm, HeadShape, LayerWeights, decoder_layer, read_bytes, rms_norm
 
 _UNNAMED = itertools.count()
 
@@ -51,6 +51,7 @@ class DecoderStack(nn.Module):
         self.register_buffer("sin", sin, persistent=False)
         self.eps, self.shape = eps, shape
         self.attention = attention  # graphs specialise on its kernel path (a frozen dataclass of a str)
+        self.gemm = Gemm()  # the linear layers' kernel per static width: the compiled backend sets it
         # a drafter head's input projection (EAGLE's [token embedding ; feature] -> hidden), applied to
         # hidden-state inputs before the first layer
         self.in_w = P(in_proj[0]) if in_proj is not None else None
@@ -91,16 +92,17 @@ class DecoderStack(nn.Module):
         if x.dtype == torch.long:
             h = F.embedding(x, self.embed_weight)
         else:
-            h = x if self.in_w is None else F.linear(x, self.in_w, self.in_b)
+            h = x if self.in_w is None else self.gemm(x, self.in_w, self.in_b, wide)
         cos, sin = self.cos[positions], self.sin[positions]
         captured = []
         skip_attn, skip_mlp = skip
         for i in range(a, b):
             h = decoder_layer(h, self.layer(i), self.shape, self.eps, cos, sin, keys, values, i, slots, bias,
-                              self.attention, skip_attn=i in skip_attn, skip_mlp=i in skip_mlp, wide=wide)
+                              self.attention, skip_attn=i in skip_attn, skip_mlp=i in skip_mlp, wide=wide,
+                              gemm=self.gemm)
             if i in capture:
                 captured.append(h)
-        logits = F.linear(rms_norm(h, self.norm_weight, self.eps), self.head_weight) if head else None
+        logits = self.gemm(rms_norm(h, self.norm_weight, self.eps), self.head_weight, None, wide) if head else None
         return h, logits, tuple(captured)
 
 

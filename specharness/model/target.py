@@ -156,10 +156,11 @@ class TargetModel:
     def kernel_flags(self) -> dict[str, bool | str]:
         """The engine's own kernel choices in force, for result headers and profile rows
         (``narrow_attention``: its path, "amx" or "avx512-bf16", "sdpa (fallback: <why>)" once it
-        failed at run time, or False)."""
+        failed at run time, or False; ``narrow_linear``: the static widths whose graphs take our linear
+        kernel)."""
         return {"amx_prefetch": self.backend.amx_prefetch, "cpp_wrapper": self.backend.cpp_wrapper,
-                "narrow_attention": self.attention.describe(), "narrowest_width": self.backend.narrowest,
-                "narrowest_why": self.backend.narrowest_why}
+                "narrow_attention": self.attention.describe(), "narrow_linear": list(self.backend.gemm.widths),
+                "narrowest_width": self.backend.narrowest, "narrowest_why": self.backend.narrowest_why}
 
     def run_with_fallback(self, run: Callable[[], R]) -> R:
         """``run()`` (a forward that reads ``self.attention`` when called), rerun once on SDPA if it

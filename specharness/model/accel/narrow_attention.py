@@ -60,6 +60,8 @@ FMA_WIDTH = 8  # ... and the AVX512-BF16 path: at 16 it only ties SDPA, whose AM
 AMX_ROWS = 9  # query rows per key/value head from which AMX serves: more than half of a 16-row tile
 HEAD_DIMS = (64, 128)
 SOURCE = Path(__file__).with_name("csrc") / "narrow_attention.cpp"
+# one library holds the engine's C++ ops: this kernel and ``narrow_linear``'s, built and loaded together
+SOURCES = (SOURCE, SOURCE.with_name("narrow_linear.cpp"))
 FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512bf16", "-mamx-tile", "-mamx-bf16", "-mfma", "-fopenmp"]
 
 _state: dict[str, object] = {}  # "loaded": bool, once tried; "why": the reason it is not; "failed": a run-time failure;
@@ -83,8 +85,8 @@ def compiler_identity() -> str:
 
 
 def build_key() -> str:
-    """What a build is keyed by: the source, the flags, torch's version and the compiler."""
-    key = SOURCE.read_bytes() + " ".join(FLAGS).encode() + torch.__version__.encode() + compiler_identity().encode()
+    """What a build is keyed by: the sources, the flags, torch's version and the compiler."""
+    key = b"".join(source.read_bytes() for source in SOURCES) + " ".join(FLAGS).encode() + torch.__version__.encode() + compiler_identity().encode()
     return hashlib.sha256(key).hexdigest()[:12]
 
 
@@ -109,14 +111,17 @@ def build_lock(build_dir: Path) -> Iterator[None]:
         yield
 
 
-def build_source(build_dir: Path) -> Path:
-    """The kernel's source, copied into its build directory (once: the directory is keyed by the
-    source), so the compile command is the same from every checkout: built from the checkout's own
+def build_sources(build_dir: Path) -> list[Path]:
+    """The kernels' sources, copied into their build directory (once: the directory is keyed by the
+    sources), so the compile command is the same from every checkout: built from the checkout's own
     path, each clone's different path made ninja rebuild it (30 s) when another checkout had built it."""
-    copy = build_dir / SOURCE.name
-    if not copy.exists() or copy.read_bytes() != SOURCE.read_bytes():
-        shutil.copyfile(SOURCE, copy)
-    return copy
+    copies = []
+    for source in SOURCES:
+        copy = build_dir / source.name
+        if not copy.exists() or copy.read_bytes() != source.read_bytes():
+            shutil.copyfile(source, copy)
+        copies.append(copy)
+    return copies
 
 
 def _ninja_on_path() -> None:
@@ -141,14 +146,17 @@ def _build() -> str | None:
     build_dir.mkdir(parents=True, exist_ok=True)
     name = f"specharness_narrow_attention_{digest}"
     if not (build_dir / f"{name}.so").exists():
-        print(f"engine: building the narrow attention kernel into {build_dir} (once, about 30 s)", file=sys.stderr)
+        print(f"engine: building the engine's C++ kernels (narrow attention and linear) into {build_dir} (once, about 30 s)",
+              file=sys.stderr)
     try:
         with build_lock(build_dir):
-            cpp_extension.load(name, [str(build_source(build_dir))], extra_cflags=FLAGS,
+            cpp_extension.load(name, [str(path) for path in build_sources(build_dir)], extra_cflags=FLAGS,
                                extra_ldflags=["-fopenmp"], build_directory=str(build_dir), is_python_module=False)
     except Exception as exc:  # no compiler, no ninja, a compile error: SDPA still works
         return f"its build failed ({exception_line(exc)})"
     torch.library.register_fake("specharness::narrow_attention")(_fake)
+    from . import narrow_linear
+    torch.library.register_fake("specharness::narrow_linear")(narrow_linear.fake)
     return None
 
 
@@ -182,6 +190,12 @@ def available(device: torch.device, head_dim: int, mode: str = "on") -> bool:
     build ``build_in_background`` started); ``mode`` is ``EngineOptions.narrow_attention`` ("off": never)."""
     if device.type != "cpu" or head_dim not in HEAD_DIMS or mode == "off":
         return False
+    return loaded()
+
+
+def loaded() -> bool:
+    """Whether the engine's C++ library (this kernel and ``narrow_linear``'s) is loaded in this
+    process, building it on the first ask or waiting for the build ``build_in_background`` started."""
     if "loaded" not in _state:
         building = _state.pop("building", None)
         if building:
@@ -192,7 +206,8 @@ def available(device: torch.device, head_dim: int, mode: str = "on") -> bool:
             why = _build()
         _state.update(loaded=why is None, why=why)
         if why:
-            print(f"engine: narrow attention kernel unavailable: {why}; SDPA serves every width", file=sys.stderr)
+            print(f"engine: narrow attention kernel unavailable: {why}; SDPA serves every width (and oneDNN or "
+                  "inductor every linear layer)", file=sys.stderr)
     return bool(_state["loaded"])
 
 

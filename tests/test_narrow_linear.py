@@ -1,0 +1,123 @@
+"""Our bfloat16 linear kernel (``model.accel.narrow_linear``): it computes what ``F.linear`` does
+(float32 sums rounded once), and a stack's graphs call it exactly at the static widths chosen for
+it, never eagerly, in the dynamic-width graph or while training."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from specharness.engine_options import EngineOptions
+from specharness.model import backends, engine_choice
+from specharness.model.accel import narrow_attention, narrow_linear
+from specharness.model.graph_store import inductor_configs
+from specharness.model.layers import Gemm
+
+CPU = torch.device("cpu")
+needs_kernel = pytest.mark.skipif(not torch.cpu._is_avx512_bf16_supported(), reason="no AVX512-BF16 on this CPU")
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 9, 16])
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_kernel_rounds_the_float32_sums_as_a_bfloat16_linear_does(rows, bias):
+    assert narrow_attention.loaded(), narrow_attention.reason()
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 96, generator=g).bfloat16()
+    w = torch.randn(160, 96, generator=g).bfloat16()
+    b = torch.randn(160, generator=g).bfloat16() if bias else None
+    exact = F.linear(x.float(), w.float(), None if b is None else b.float())
+    out = narrow_linear.linear(x, w, b)
+    assert out.dtype == torch.bfloat16 and out.shape == (rows, 160)
+    # the float32 sums differ from the exact ones only by summation order: within one bfloat16 step
+    step = exact.abs().clamp_min(1e-3) * 2 ** -7
+    assert ((out.float() - exact).abs() <= step).all()
+    assert (out == exact.bfloat16()).float().mean() > 0.99  # and nearly always round to the same value
+
+
+def test_it_takes_only_bfloat16_weights_of_32_column_tiles_and_even_rows():
+    x = torch.zeros(2, 64, dtype=torch.bfloat16)
+    assert narrow_linear.fits(x, torch.zeros(96, 64, dtype=torch.bfloat16))
+    assert not narrow_linear.fits(x, torch.zeros(100, 64, dtype=torch.bfloat16))
+    assert not narrow_linear.fits(torch.zeros(2, 63, dtype=torch.bfloat16), torch.zeros(96, 63, dtype=torch.bfloat16))
+    assert not narrow_linear.fits(x.float(), torch.zeros(96, 64))
+    w = torch.arange(64 * 4, dtype=torch.float32).view(64, 4).bfloat16()
+    packed = narrow_linear.pack(w)
+    assert packed.shape == (2, 2, 32, 2) and packed[1, 1, 3].tolist() == w[32 + 3, 2:4].tolist()
+
+
+def _graph_ops(gemm: Gemm, rows: int, wide: bool = False, grad: bool = False) -> list:
+    """The ops dynamo traces for one ``Gemm`` call of ``rows`` rows."""
+    seen = []
+
+    def capture(gm, example_inputs):
+        seen.extend(node.target for node in gm.graph.nodes if node.op == "call_function")
+        return gm.forward
+
+    x = torch.randn(rows, 64, dtype=torch.bfloat16, requires_grad=grad)
+    w = torch.randn(96, 64, dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    torch.compile(lambda x, w: gemm(x, w, None, wide), backend=capture, fullgraph=True)(x, w)
+    return seen
+
+
+@needs_kernel
+def test_a_graph_calls_the_kernel_at_its_widths_only():
+    assert narrow_attention.loaded(), narrow_attention.reason()
+    op = torch.ops.specharness.narrow_linear  # dynamo's graph holds the packet
+    gemm = Gemm((2, 8))
+    assert op in _graph_ops(gemm, 8) and op in _graph_ops(gemm, 2)
+    assert op not in _graph_ops(gemm, 4)  # a width chosen for another family
+    assert op not in _graph_ops(gemm, 8, wide=True)  # the dynamic-width graph
+    assert op not in _graph_ops(gemm, 8, grad=True)  # the op has no backward
+    x, w = torch.randn(8, 64, dtype=torch.bfloat16), torch.randn(96, 64, dtype=torch.bfloat16)
+    assert torch.equal(gemm(x, w), F.linear(x, w))  # eagerly: F.linear (packing per call would copy each weight)
+
+
+def test_narrow_is_a_family_for_bfloat16_static_graphs_and_keys_what_inductor_sees(monkeypatch):
+    monkeypatch.setattr(narrow_linear, "available", lambda device: True)
+    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ("avx512_bf16", "avx512f"))
+    family = lambda width, dtype=torch.bfloat16, mode="max-autotune": \
+        backends.gemm_family("narrow", width, dtype, mode, CPU)  # noqa: E731
+    assert [family(w) for w in (2, 8, 64)] == ["NARROW"] * 3
+    assert family(8, mode="default") == "NARROW"  # no search needed: our kernel is not autotuned
+    assert family("wide") == "ATEN" and family(8, dtype=torch.float32) == "ATEN"
+    monkeypatch.setattr(narrow_linear, "available", lambda device: False)  # the library did not load
+    assert family(8) == "ATEN"
+    # what it does not take goes to oneDNN, and the package key tells it from an ATEN graph
+    assert inductor_configs("max-autotune", False, False, "NARROW")["max_autotune_gemm_backends"] == "ATEN"
+    assert EngineOptions.from_env({"SPECHARNESS_GEMM": "narrow"}).gemm == "narrow"
+
+
+@needs_kernel
+def test_a_bfloat16_target_compiled_with_the_kernel_decodes_as_it_does_eagerly(monkeypatch):
+    """A tiny bfloat16 model, its static graphs on our kernel: every greedy token the same as eagerly
+    (random weights of 32-column tiles; the sums differ only in order)."""
+    from specharness.model import TargetModel
+    target = TargetModel.tiny("llama", vocab_size=64, n_layers=2, hidden_size=64, seed=5, dtype="bfloat16",
+                              options=EngineOptions(gemm="narrow", aot_graphs=False))
+    prompt = torch.tensor([1, 5, 9, 3, 7, 2])
+
+    def logits(widths):
+        cache = target.new_cache(64)
+        target.forward(prompt, cache, 0, head=True)
+        out, start = [], len(prompt)
+        for w in widths:
+            out.append(target.forward(torch.arange(w) % 64, cache, start, head=True).logits.float())
+            start += w
+        return out
+
+    eager = logits([2, 8])
+    traced = []  # the kernel's calls dynamo traces (one per linear layer of each graph)
+    kernel = narrow_linear.linear
+    monkeypatch.setattr(narrow_linear, "linear", lambda *args: traced.append(args[0].shape[0]) or kernel(*args))
+    target.compile("default")
+    target.expect_widths(8)
+    assert target.backend.gemm.widths == (1, 2, 4, 8, 16, 32, 64)
+    with torch.inference_mode():
+        compiled = logits([2, 8])
+    assert traced and set(traced) == {2, 8}  # the graphs of both widths took it
+    for a, b in zip(eager, compiled):
+        assert a.shape == b.shape and (a - b).abs().max() < 0.1 * a.abs().max()
+        assert torch.equal(a.argmax(-1), b.argmax(-1))
