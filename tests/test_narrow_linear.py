@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from specharness.engine_options import EngineOptions
 from specharness.model import backends, engine_choice
@@ -90,34 +91,52 @@ def test_narrow_is_a_family_for_bfloat16_static_graphs_and_keys_what_inductor_se
     assert EngineOptions.from_env({"SPECHARNESS_GEMM": "narrow"}).gemm == "narrow"
 
 
+class KernelCalls(TorchDispatchMode):
+    """The rows of each call of our op that reaches the dispatcher (a stored package's calls do)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[int] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.specharness.narrow_linear.default:
+            self.rows.append(args[0].shape[0])
+        return func(*args, **(kwargs or {}))
+
+
 @needs_kernel
-def test_a_bfloat16_target_compiled_with_the_kernel_decodes_as_it_does_eagerly(monkeypatch):
-    """A tiny bfloat16 model, its static graphs on our kernel: every greedy token the same as eagerly
-    (random weights of 32-column tiles; the sums differ only in order)."""
+def test_a_bfloat16_target_on_the_kernel_builds_every_graph_and_decodes_as_it_does_eagerly(monkeypatch, tmp_path):
+    """A tiny bfloat16 model, its static graphs on our kernel, its graphs exported into the store (the
+    dynamic-width prefill graph too, where a width test would have been a failed guard): every
+    greedy token the same as eagerly, and logits at widths 2 and 8 close to eager's (random weights
+    of 32-column tiles; the sums differ only in order), the kernel called by those graphs."""
+    from specharness.engine import generate
+    from specharness.methods.vanilla import NoDraft
     from specharness.model import TargetModel
-    target = TargetModel.tiny("llama", vocab_size=64, n_layers=2, hidden_size=64, seed=5, dtype="bfloat16",
-                              options=EngineOptions(gemm="narrow", aot_graphs=False))
-    prompt = torch.tensor([1, 5, 9, 3, 7, 2])
+    from specharness.verify import greedy
+    monkeypatch.setenv("SPECHARNESS_CACHE", str(tmp_path))
+    tiny = dict(vocab_size=64, n_layers=2, hidden_size=64, seed=5, dtype="bfloat16", options=EngineOptions(gemm="narrow"))
+    compiled, eager = TargetModel.tiny("llama", **tiny), TargetModel.tiny("llama", **tiny)
+    compiled.compile("default")
+    compiled.expect_widths(8)
+    assert compiled.backend.gemm.widths == (1, 2, 4, 8, 16, 32, 64)
+    prompt = [1, 5, 9, 3, 7, 2]
 
-    def logits(widths):
+    def logits(target: TargetModel) -> list[torch.Tensor]:
         cache = target.new_cache(64)
-        target.forward(prompt, cache, 0, head=True)
-        out, start = [], len(prompt)
-        for w in widths:
-            out.append(target.forward(torch.arange(w) % 64, cache, start, head=True).logits.float())
-            start += w
-        return out
+        target.forward(torch.tensor(prompt), cache, 0, head=True, prefill=True)
+        return [target.forward(torch.arange(w), cache, start, head=True).logits.float() for w, start in ((2, 6), (8, 8))]
 
-    eager = logits([2, 8])
-    traced = []  # the kernel's calls dynamo traces (one per linear layer of each graph)
-    kernel = narrow_linear.linear
-    monkeypatch.setattr(narrow_linear, "linear", lambda *args: traced.append(args[0].shape[0]) or kernel(*args))
-    target.compile("default")
-    target.expect_widths(8)
-    assert target.backend.gemm.widths == (1, 2, 4, 8, 16, 32, 64)
     with torch.inference_mode():
-        compiled = logits([2, 8])
-    assert traced and set(traced) == {2, 8}  # the graphs of both widths took it
-    for a, b in zip(eager, compiled):
+        assert generate(compiled, NoDraft(), greedy, prompt, 8).token_ids == \
+            generate(eager, NoDraft(), greedy, prompt, 8).token_ids
+        want = logits(eager)
+        logits(compiled)  # builds the width-2 and width-8 graphs
+        with KernelCalls() as calls:
+            got = logits(compiled)
+    store = compiled.backend.store
+    assert store.failures == {} and any(k.width == "wide" for k in store.built)
+    assert calls.rows == [2] * 9 + [8] * 9  # 2 layers x 4 linears and the head, per static graph; none in the prefill
+    for a, b in zip(want, got):
         assert a.shape == b.shape and (a - b).abs().max() < 0.1 * a.abs().max()
         assert torch.equal(a.argmax(-1), b.argmax(-1))

@@ -22,6 +22,7 @@ METHODS+=,kangaroo:exit_layer=2:eta=0.6:gamma=3,early_exit:exit_layer=2:gamma=6:
 METHODS+=,eagle:$EAGLE,eagle:mode=chain:$EAGLE,eagle3:$EAGLE
 METHODS+=,medusa:tree=sized:tree_size=7:draft_vocab=4096,medusa:tree=chain:draft_vocab=4096
 METHODS+=,hf-generate,hf-prompt-lookup:num_tokens=10
+mkdir -p "$OUT"
 python -m specharness compare --methods "$METHODS" --bench-file "$BENCH" --limit "${LIMIT:-10}" \
     --max-new-tokens 128 --repeats 2 --warmup 1 --threads 2 --out-dir "$OUT/runs" --resume \
     2>&1 | grep --line-buffered -v $'\r' | tee -a "$OUT/compare.log"

@@ -154,8 +154,9 @@ class Gemm:
     widths: tuple[int, ...] = ()
 
     def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, wide: bool = False) -> torch.Tensor:
-        if (x.shape[0] in self.widths and not wide and torch.compiler.is_compiling() and narrow_linear.fits(x, w)
-                and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))):
+        # ``wide`` first: in the dynamic-width graph a test of the width would guard it (a failed export)
+        if (not wide and self.widths and torch.compiler.is_compiling() and x.shape[0] in self.widths
+                and narrow_linear.fits(x, w) and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))):
             return narrow_linear.linear(x, w, b)
         return F.linear(x, w, b)
 

@@ -86,7 +86,8 @@ def compiler_identity() -> str:
 
 def build_key() -> str:
     """What a build is keyed by: the sources, the flags, torch's version and the compiler."""
-    key = b"".join(source.read_bytes() for source in SOURCES) + " ".join(FLAGS).encode() + torch.__version__.encode() + compiler_identity().encode()
+    key = (b"".join(source.read_bytes() for source in SOURCES) + " ".join(FLAGS).encode() + torch.__version__.encode()
+           + compiler_identity().encode())
     return hashlib.sha256(key).hexdigest()[:12]
 
 
