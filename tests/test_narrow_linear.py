@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from specharness.engine_options import EngineOptions
 from specharness.model import backends, engine_choice
 from specharness.model.accel import narrow_attention, narrow_linear
-from specharness.model.graph_store import inductor_configs
+from specharness.model.graph_store import GraphStore, inductor_configs
 from specharness.model.layers import Gemm
 
 CPU = torch.device("cpu")
@@ -23,7 +23,7 @@ needs_kernel = pytest.mark.skipif(not torch.cpu._is_avx512_bf16_supported(), rea
 @pytest.mark.parametrize("rows", [1, 2, 3, 8, 9, 16])
 @pytest.mark.parametrize("bias", [False, True])
 def test_the_kernel_rounds_the_float32_sums_as_a_bfloat16_linear_does(rows, bias):
-    assert narrow_attention.loaded(), narrow_attention.reason()
+    assert narrow_linear.available(CPU), narrow_attention.reason()
     g = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, 96, generator=g).bfloat16()
     w = torch.randn(160, 96, generator=g).bfloat16()
@@ -65,7 +65,7 @@ def _graph_ops(gemm: Gemm, rows: int, wide: bool = False, grad: bool = False) ->
 
 @needs_kernel
 def test_a_graph_calls_the_kernel_at_its_widths_only():
-    assert narrow_attention.loaded(), narrow_attention.reason()
+    assert narrow_linear.available(CPU), narrow_attention.reason()
     op = torch.ops.specharness.narrow_linear  # dynamo's graph holds the packet
     gemm = Gemm((2, 8))
     assert op in _graph_ops(gemm, 8) and op in _graph_ops(gemm, 2)
@@ -89,6 +89,15 @@ def test_narrow_is_a_family_for_bfloat16_static_graphs_and_keys_what_inductor_se
     # what it does not take goes to oneDNN, and the package key tells it from an ATEN graph
     assert inductor_configs("max-autotune", False, False, "NARROW")["max_autotune_gemm_backends"] == "ATEN"
     assert EngineOptions.from_env({"SPECHARNESS_GEMM": "narrow"}).gemm == "narrow"
+    from specharness.model import TargetModel
+    stack = TargetModel.tiny("llama", vocab_size=32, n_layers=1, hidden_size=32, seed=3).backend.stacks[""]
+    cache = torch.zeros(1, 2, 16, 8)
+    args = (torch.zeros(2, dtype=torch.long), torch.arange(2), torch.arange(2), torch.zeros(2, 16), cache, cache)
+    key = backends.GraphKey(0, 1, True, (), True, ((), ()), 2)
+    store = GraphStore("max-autotune", {}, gemm=lambda width: "ATEN")
+    aten = store.key(key, stack, args, False)[0]
+    stack.gemm = Gemm((2,))
+    assert store.key(key, stack, args, False)[0] != aten
 
 
 class KernelCalls(TorchDispatchMode):

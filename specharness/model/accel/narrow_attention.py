@@ -155,9 +155,7 @@ def _build() -> str | None:
                                extra_ldflags=["-fopenmp"], build_directory=str(build_dir), is_python_module=False)
     except Exception as exc:  # no compiler, no ninja, a compile error: SDPA still works
         return f"its build failed ({exception_line(exc)})"
-    torch.library.register_fake("specharness::narrow_attention")(_fake)
-    from . import narrow_linear
-    torch.library.register_fake("specharness::narrow_linear")(narrow_linear.fake)
+    torch.library.register_fake("specharness::narrow_attention")(_fake)  # narrow_linear registers its own
     return None
 
 

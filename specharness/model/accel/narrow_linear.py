@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from . import narrow_attention
+
 COLS = 32  # output columns per packed tile
 
 
@@ -46,6 +48,14 @@ def fake(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.T
 
 
 def available(device: torch.device) -> bool:
-    """Whether the engine's C++ library is loaded here (building it on the first ask)."""
-    from . import narrow_attention
-    return device.type == "cpu" and narrow_attention.loaded()
+    """Whether the engine's C++ library is loaded here (building it on the first ask); the op's fake
+    kernel is registered then, before any graph that calls it is traced."""
+    if device.type != "cpu" or not narrow_attention.loaded():
+        return False
+    if not _registered:
+        torch.library.register_fake("specharness::narrow_linear")(fake)
+        _registered.append(True)
+    return True
+
+
+_registered: list[bool] = []  # the fake kernel, once per process
