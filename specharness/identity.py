@@ -155,6 +155,13 @@ class Divergence:
     top_token: int = -1  # the reference's argmax
     legacy_kind: str | None = None  # what the self-calibrated rule said, where it was asked
 
+    @property
+    def vanilla_only(self) -> bool:
+        """An uncertified divergence where only vanilla's token sits past the bound (the method's is
+        within it): the verdict stands, but a reader should know which run the reference disagrees with."""
+        return (self.kind == "bug" and self.method_gap is not None and self.method_gap <= self.tolerance
+                and self.vanilla_gap is not None and self.vanilla_gap > self.tolerance)
+
 
 @dataclass
 class IdentityResult:
@@ -181,13 +188,19 @@ class IdentityResult:
         return max((g for d in self.divergences for g in (d.vanilla_gap, d.method_gap) if g is not None), default=0.0)
 
     @property
+    def vanilla_only(self) -> int:
+        """Uncertified divergences where only vanilla's token is past the bound (``Divergence.vanilla_only``)."""
+        return sum(d.vanilla_only for d in self.divergences)
+
+    @property
     def passed(self) -> bool:
         return self.uncertified == 0
 
     def as_dict(self) -> dict:
         return {"turns": self.turns, "identical": self.identical_turns, "tokens_compared": self.tokens_compared,
                 "not_compared_tokens": self.not_compared_tokens, "divergences": len(self.divergences),
-                "near_tie": self.certified, "bug": self.uncertified, "largest_gap": self.largest_gap,
+                "near_tie": self.certified, "bug": self.uncertified, "bug_vanilla_only": self.vanilla_only,
+                "largest_gap": self.largest_gap,
                 "tolerance": asdict(self.tolerance), "mismatches": [asdict(d) for d in self.divergences]}
 
 
@@ -255,11 +268,18 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
+def vanilla_side(res: IdentityResult) -> str:
+    """What a summary adds where some uncertified divergences have only vanilla's token past the bound."""
+    return f" ({res.vanilla_only} with only vanilla's token past the bound)" if res.vanilla_only else ""
+
+
 def divergence_line(d: Divergence) -> str:
     """One divergence, where and how far each token sits below the reference's top, and the verdict."""
+    verdict = "certified near-tie" if d.kind == "near-tie" else "BUG"
+    note = " (only vanilla's token is past the bound)" if d.vanilla_only else ""
     return (f"divergence: question {d.question_id} ({d.subtask}) turn {d.turn + 1} position {d.position}: vanilla "
             f"{d.vanilla_token} (gap {_fmt(d.vanilla_gap)}), method {d.method_token} (gap {_fmt(d.method_gap)}); "
-            f"bound {d.tolerance:.3g} -> {'certified near-tie' if d.kind == 'near-tie' else 'BUG'}")
+            f"bound {d.tolerance:.3g} -> {verdict}{note}")
 
 
 def greedy_check(target, method, vanilla, questions, max_new_tokens: int, tol: Tolerance, log=print,
@@ -369,6 +389,7 @@ def certify(directory: Path, bench_file: str | None = None, log=print, legacy: b
                                                         for d in res.divergences)
         log(f"certify {r.label}: {res.tokens_compared} tokens compared ({res.not_compared_tokens} not, after a "
             f"divergence), {res.identical_turns}/{res.turns} turns identical, {res.certified} certified near-tie(s), "
-            f"{res.uncertified} uncertified; largest gap {res.largest_gap:.3g}; bound {tol.basis or tol}")
+            f"{res.uncertified} uncertified{vanilla_side(res)}; largest gap {res.largest_gap:.3g}; "
+            f"bound {tol.basis or tol}")
     (directory / "identity_certified.json").write_text(json.dumps(out, indent=1, default=str))
     return out

@@ -79,8 +79,24 @@ def test_whole_turns_are_compared_with_a_resync_at_each_divergence():
     assert tie.tokens_compared == 2 * n  # every token of both turns
     bug = identity.greedy_check(tiny, swapping(top2), vanilla, q, n, identity.Tolerance(margin / 2), quiet, ref)
     assert not bug.passed and bug.uncertified == 2 and bug.tokens_compared == 2 * n
+    # there the method's token is the one off the reference's top
+    assert bug.vanilla_only == 0 and "only vanilla" not in identity.divergence_line(bug.divergences[0])
     same = identity.greedy_check(tiny, vanilla, vanilla, q, n, identity.Tolerance(1e-4), quiet, ref)
     assert same.passed and same.identical_turns == 2 and same.divergences == [] and same.tokens_compared == 2 * n
+
+
+def test_a_bug_where_only_vanilla_is_past_the_bound_stays_a_bug_and_says_so():
+    """The verdict does not change (both tokens must be within the bound), but the line names the side
+    the reference disagrees with: a method whose token is the reference's top is not what broke."""
+    where = dict(question_id=321, subtask="qa", turn=0, position=38)
+    d = identity.Divergence(**where, vanilla_token=678, method_token=14937, vanilla_gap=0.0565, method_gap=0.0,
+                            tolerance=0.05, kind="bug", top_token=14937)
+    assert d.vanilla_only and identity.divergence_line(d).endswith("-> BUG (only vanilla's token is past the bound)")
+    res = identity.IdentityResult(identity.Tolerance(0.05), divergences=[d])
+    assert not res.passed and res.as_dict()["bug_vanilla_only"] == 1
+    both = identity.Divergence(**where, vanilla_token=678, method_token=9, vanilla_gap=0.0565, method_gap=0.2,
+                               tolerance=0.05, kind="bug", top_token=14937)
+    assert not both.vanilla_only and "only vanilla" not in identity.divergence_line(both)
 
 
 def test_a_broken_wide_path_is_certified_by_the_old_rule_and_caught_by_the_reference(kernel_path, monkeypatch):
