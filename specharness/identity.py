@@ -268,9 +268,9 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
-def vanilla_side(res: IdentityResult) -> str:
-    """What a summary adds where some uncertified divergences have only vanilla's token past the bound."""
-    return f" ({res.vanilla_only} with only vanilla's token past the bound)" if res.vanilla_only else ""
+def vanilla_side(count: int) -> str:
+    """What a summary adds where ``count`` uncertified divergences have only vanilla's token past the bound."""
+    return f" ({count} with only vanilla's token past the bound)" if count else ""
 
 
 def divergence_line(d: Divergence) -> str:
@@ -389,7 +389,7 @@ def certify(directory: Path, bench_file: str | None = None, log=print, legacy: b
                                                         for d in res.divergences)
         log(f"certify {r.label}: {res.tokens_compared} tokens compared ({res.not_compared_tokens} not, after a "
             f"divergence), {res.identical_turns}/{res.turns} turns identical, {res.certified} certified near-tie(s), "
-            f"{res.uncertified} uncertified{vanilla_side(res)}; largest gap {res.largest_gap:.3g}; "
+            f"{res.uncertified} uncertified{vanilla_side(res.vanilla_only)}; largest gap {res.largest_gap:.3g}; "
             f"bound {tol.basis or tol}")
     (directory / "identity_certified.json").write_text(json.dumps(out, indent=1, default=str))
     return out

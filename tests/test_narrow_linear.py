@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from specharness import identity
 from specharness.engine_options import EngineOptions
 from specharness.model import backends, engine_choice
 from specharness.model.accel import narrow_attention, narrow_linear
@@ -114,7 +115,9 @@ class KernelCalls(TorchDispatchMode):
 
 
 @needs_kernel
-def test_a_bfloat16_target_on_the_kernel_builds_every_graph_and_decodes_as_it_does_eagerly(monkeypatch, tmp_path):
+@pytest.mark.parametrize("family", ["llama", "qwen2"])  # qwen2: q/k/v biases, widened to float32 at freezing
+def test_a_bfloat16_target_on_the_kernel_builds_every_graph_and_decodes_as_it_does_eagerly(monkeypatch, tmp_path,
+                                                                                         family):
     """A tiny bfloat16 model, its static graphs on our kernel, its graphs exported into the store (the
     dynamic-width prefill graph too, where a width test would have been a failed guard): every
     greedy token the same as eagerly, and logits at widths 2 and 8 close to eager's (random weights
@@ -125,7 +128,7 @@ def test_a_bfloat16_target_on_the_kernel_builds_every_graph_and_decodes_as_it_do
     from specharness.verify import greedy
     monkeypatch.setenv("SPECHARNESS_CACHE", str(tmp_path))
     tiny = dict(vocab_size=64, n_layers=2, hidden_size=64, seed=5, dtype="bfloat16", options=EngineOptions(gemm="narrow"))
-    compiled, eager = TargetModel.tiny("llama", **tiny), TargetModel.tiny("llama", **tiny)
+    compiled, eager = TargetModel.tiny(family, **tiny), TargetModel.tiny(family, **tiny)
     compiled.compile("default")
     compiled.expect_widths(8)
     assert compiled.backend.gemm.widths == (1, 2, 4, 8, 16, 32, 64)
@@ -146,6 +149,16 @@ def test_a_bfloat16_target_on_the_kernel_builds_every_graph_and_decodes_as_it_do
     store = compiled.backend.store
     assert store.failures == {} and any(k.width == "wide" for k in store.built)
     assert calls.rows == [2] * 9 + [8] * 9  # 2 layers x 4 linears and the head, per static graph; none in the prefill
-    for a, b in zip(want, got):
+    # where the kernel's greedy token differs from eager's, the kernel's must sit within the identity
+    # rule's bfloat16 bound of the float32 reference's top. (qwen2's random weights have such a row:
+    # there the kernel's token is the reference's top and eager oneDNN's sits 0.066 below it, past the
+    # bound, as vanilla's did in results/smollm2-cpu-epyc-narrow-linear's certify.)
+    ref, tol = identity.Reference(eager), identity.tolerance_for(eager.n_layers, "bfloat16")
+    for (a, b), prefix in zip(zip(want, got), (prompt + [0, 1], prompt + [0, 1] + list(range(8)))):
         assert a.shape == b.shape and (a - b).abs().max() < 0.1 * a.abs().max()
-        assert torch.equal(a.argmax(-1), b.argmax(-1))
+        for row in torch.nonzero(a.argmax(-1) != b.argmax(-1)).flatten().tolist():
+            truth = ref.logits(prefix[:len(prefix) - len(a) + row + 1])
+            gap = float(truth.max() - truth[int(b[row].argmax())])
+            assert gap <= tol.at(float(truth.max())), (family, row, gap)
+    if family == "llama":
+        assert all(torch.equal(a.argmax(-1), b.argmax(-1)) for a, b in zip(want, got))

@@ -171,8 +171,7 @@ def cmd_lossless(args) -> int:
             torch.set_num_threads(args.threads)
         results = identity.certify(Path(args.certify), args.bench_file)
         bugs = sum(r["bug"] for r in results.values())
-        vanilla_only = sum(r["bug_vanilla_only"] for r in results.values())
-        side = f" ({vanilla_only} with only vanilla's token past the bound)" if vanilla_only else ""
+        side = identity.vanilla_side(sum(r["bug_vanilla_only"] for r in results.values()))
         print(f"certify: {len(results)} file(s), {bugs} bug(s){side} -> {'FAIL' if bugs else 'PASS'}")
         return 1 if bugs else 0
     if not args.method:

@@ -79,6 +79,9 @@ GEMM_FAMILIES = (
 )
 
 
+FAMILY_OF = {"cpp": "CPP", "aten": "ATEN", "narrow": "ATEN"}  # a one-family option; "narrow" where ours cannot serve
+
+
 def gemm_family(option: str, width: int | str, dtype: torch.dtype, mode: str, device: torch.device) -> str | None:
     """The GEMM kernels of a graph of ``width`` positions ("wide": the dynamic one): "NARROW" (our
     ``accel.narrow_linear``: bfloat16 static widths, where the engine's C++ library loads; what it does
@@ -92,8 +95,8 @@ def gemm_family(option: str, width: int | str, dtype: torch.dtype, mode: str, de
         return "NARROW"
     if mode != "max-autotune" or device.type != "cpu" or option == "autotune":
         return None
-    if option in ("cpp", "aten", "narrow"):
-        return "ATEN" if option == "narrow" else option.upper()
+    if option in FAMILY_OF:
+        return FAMILY_OF[option]
     row = None if width == "wide" else measured_here(GEMM_FAMILIES, dtype, mode, device)
     if row is None:
         return None

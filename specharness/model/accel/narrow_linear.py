@@ -16,6 +16,8 @@ extern op.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from . import narrow_attention
@@ -38,8 +40,9 @@ def pack(w: torch.Tensor) -> torch.Tensor:
 
 def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, w, b)`` for bfloat16 ``x`` [T, K] by the kernel (``fits`` must hold); float32
-    sums, rounded to bfloat16 once."""
-    return torch.ops.specharness.narrow_linear(x.contiguous(), pack(w), b)
+    sums (from the bias, in float32), rounded to bfloat16 once. The packing and the bias's widening
+    act on frozen parameters, so freezing folds both: no call converts a weight."""
+    return torch.ops.specharness.narrow_linear(x.contiguous(), pack(w), None if b is None else b.float())
 
 
 def fake(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -52,10 +55,11 @@ def available(device: torch.device) -> bool:
     kernel is registered then, before any graph that calls it is traced."""
     if device.type != "cpu" or not narrow_attention.loaded():
         return False
-    if not _registered:
-        torch.library.register_fake("specharness::narrow_linear")(fake)
-        _registered.append(True)
+    _register_fake()
     return True
 
 
-_registered: list[bool] = []  # the fake kernel, once per process
+@functools.cache
+def _register_fake() -> None:
+    """The op's fake kernel, once per process."""
+    torch.library.register_fake("specharness::narrow_linear")(fake)

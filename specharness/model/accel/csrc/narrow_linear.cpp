@@ -10,7 +10,7 @@
 //
 // Layout: x [M, K] bfloat16, contiguous, K even; w packed [N/32, K/2, 32, 2] bfloat16 (column tile,
 // k pair, column, k within the pair: ``narrow_linear.pack``, folded into a constant when a graph is
-// frozen); bias [N] bfloat16 or none. Returns [M, N] bfloat16: float32 sums rounded to nearest even,
+// frozen); bias [N] float32 (widened once, at freezing) or none. Returns [M, N] bfloat16: float32 sums rounded to nearest even,
 // as a bfloat16 GEMM rounds its float32 accumulator.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -86,15 +86,13 @@ at::Tensor narrow_linear(const at::Tensor& x, const at::Tensor& w, const std::op
               "narrow_linear: w must be packed [N/32, K/2, 32, 2] bfloat16 (narrow_linear.pack)");
   const int64_t M = x.size(0), K = x.size(1), n_tiles = w.size(0), N = n_tiles * COLS;
   TORCH_CHECK(w.size(1) * 2 == K, "narrow_linear: x has ", K, " columns, the packed weight ", w.size(1) * 2);
-  std::optional<at::Tensor> b32;
-  if (bias.has_value()) {
-    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == N, "narrow_linear: bias must be [", N, "]");
-    b32 = bias->to(at::kFloat).contiguous();
-  }
+  if (bias.has_value())
+    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == N && bias->scalar_type() == at::kFloat && bias->is_contiguous(),
+                "narrow_linear: bias must be [", N, "] contiguous float32");
   auto y = at::empty({M, N}, x.options());
   const auto* xp = reinterpret_cast<const uint16_t*>(x.const_data_ptr<at::BFloat16>());
   const auto* wp = reinterpret_cast<const uint16_t*>(w.const_data_ptr<at::BFloat16>());
-  const float* bp = b32 ? b32->const_data_ptr<float>() : nullptr;
+  const float* bp = bias.has_value() ? bias->const_data_ptr<float>() : nullptr;
   at::BFloat16* yp = y.data_ptr<at::BFloat16>();
   if (M == 0) return y;
   // each thread takes a contiguous range of column tiles (K * 64 bytes apiece); past 8 rows, each tile
