@@ -52,8 +52,8 @@ def add_parser(sub) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per turn in the greedy check")
     p.add_argument("--tolerance", type=float, default=None,
                    help="how far below the float32 reference's top logit both diverging tokens may sit for a "
-                        "near-tie (default 1e-4 in float32; in float16/bfloat16 a fixed bound of a few ulps, "
-                        "see specharness/identity.py)")
+                        "near-tie (default 1e-4 in float32; in float16/bfloat16 the larger of a fixed bound of a few "
+                        "ulps and transformers' own forward's measured rounding, see specharness/identity.py)")
     p.add_argument("--temperature", type=float, default=1.3, help="sampling temperature of (a), (b), (c)")
     p.add_argument("--tiny-vocab", type=int, default=8, help="vocabulary of the tiny model in (a)")
     p.add_argument("--k", type=int, default=3, help="tokens whose joint distribution (a) enumerates")
@@ -201,7 +201,8 @@ def cmd_lossless(args) -> int:
 
     if "greedy" in levels:
         from ..tasks.specbench import describe_selection, find_question_file, load_questions, parse_subtasks, select
-        tol = identity.tolerance_for(target.n_layers, args.dtype, args.tolerance)
+        ref = identity.Reference(target)
+        tol = identity.bound_for(target, ref, args.dtype, args.tolerance)
         source = find_question_file(args.bench_file, args.bench)
         available, subtasks = load_questions(source.path), parse_subtasks(args.subtasks)
         qs = select(available, subtasks, args.limit)
@@ -211,7 +212,7 @@ def cmd_lossless(args) -> int:
             print(line, file=sys.stderr)
         print(f"greedy: {args.method} (verifier {method.verifier}) vs vanilla on {len(qs)} questions, "
               f"{args.max_new_tokens} tokens per turn, {target.name} {args.dtype}; near-tie bound {tol.basis}")
-        g = identity.greedy_check(target, method, vanilla, qs, args.max_new_tokens, tol)
+        g = identity.greedy_check(target, method, vanilla, qs, args.max_new_tokens, tol, ref=ref)
         print(f"greedy: {g.identical_turns}/{g.turns} turns identical, {g.tokens_compared} tokens compared; "
               f"{len(g.divergences)} divergence(s): {g.certified} certified near-tie(s), {g.uncertified} uncertified "
               f"(largest gap {g.largest_gap:.3g}) -> {'PASS' if g.passed else 'FAIL'}")
