@@ -199,6 +199,13 @@ class Divergence:
     kind: str  # "near-tie" (certified) | "bug"
     top_token: int = -1  # the reference's argmax
     legacy_kind: str | None = None  # what the self-calibrated rule said, where it was asked
+    fixed_tolerance: float | None = None  # the ulp model's bound alone here (None: the same as ``tolerance``)
+
+    @property
+    def rounding_only(self) -> bool:
+        """A near-tie only transformers' own rounding certifies: a token sits past the ulp model's bound."""
+        gaps = [g for g in (self.vanilla_gap, self.method_gap) if g is not None]
+        return self.kind == "near-tie" and self.fixed_tolerance is not None and max(gaps) > self.fixed_tolerance
 
     @property
     def vanilla_only(self) -> bool:
@@ -238,6 +245,11 @@ class IdentityResult:
         return sum(d.vanilla_only for d in self.divergences)
 
     @property
+    def rounding_only(self) -> int:
+        """Near-ties only transformers' own rounding certifies (``Divergence.rounding_only``)."""
+        return sum(d.rounding_only for d in self.divergences)
+
+    @property
     def passed(self) -> bool:
         return self.uncertified == 0
 
@@ -245,6 +257,7 @@ class IdentityResult:
         return {"turns": self.turns, "identical": self.identical_turns, "tokens_compared": self.tokens_compared,
                 "not_compared_tokens": self.not_compared_tokens, "divergences": len(self.divergences),
                 "near_tie": self.certified, "bug": self.uncertified, "bug_vanilla_only": self.vanilla_only,
+                "near_tie_rounding_only": self.rounding_only,
                 "largest_gap": self.largest_gap,
                 "tolerance": asdict(self.tolerance), "mismatches": [asdict(d) for d in self.divergences]}
 
@@ -266,9 +279,11 @@ def judge(ref: Reference, prefix: list[int], vt: int | None, mt: int | None, tol
     top = float(logits.max())
     gaps = {t: top - float(logits[t]) for t in (vt, mt) if t is not None}
     bound = tol.at(top)
+    fixed = max(tol.absolute, tol.ulps * ulp(top, tol.dtype))
     near = vt is not None and mt is not None and vt != mt and gaps[vt] <= bound and gaps[mt] <= bound
     d = Divergence(**where, vanilla_token=vt, method_token=mt, vanilla_gap=gaps.get(vt), method_gap=gaps.get(mt),
-                   tolerance=bound, kind="near-tie" if near else "bug", top_token=int(logits.argmax()))
+                   tolerance=bound, kind="near-tie" if near else "bug", top_token=int(logits.argmax()),
+                   fixed_tolerance=fixed if fixed < bound else None)
     if legacy is not None:
         target, old = legacy
         own = next_logits(target, prefix)
@@ -313,15 +328,20 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
-def vanilla_side(count: int) -> str:
-    """What a summary adds where ``count`` uncertified divergences have only vanilla's token past the bound."""
-    return f" ({count} with only vanilla's token past the bound)" if count else ""
+VANILLA_ONLY = "with only vanilla's token past the bound"  # of the uncertified
+ROUNDING_ONLY = "only by transformers' own rounding"  # of the certified
+
+
+def aside(count: int, what: str) -> str:
+    """What a summary adds after a count where ``count`` of them are ``what`` (nothing when none are)."""
+    return f" ({count} {what})" if count else ""
 
 
 def divergence_line(d: Divergence) -> str:
     """One divergence, where and how far each token sits below the reference's top, and the verdict."""
     verdict = "certified near-tie" if d.kind == "near-tie" else "BUG"
-    note = " (only vanilla's token is past the bound)" if d.vanilla_only else ""
+    note = (" (only vanilla's token is past the bound)" if d.vanilla_only else
+            f" (by transformers' own rounding: the ulp model's bound is {d.fixed_tolerance:.3g})" if d.rounding_only else "")
     return (f"divergence: question {d.question_id} ({d.subtask}) turn {d.turn + 1} position {d.position}: vanilla "
             f"{d.vanilla_token} (gap {_fmt(d.vanilla_gap)}), method {d.method_token} (gap {_fmt(d.method_gap)}); "
             f"bound {d.tolerance:.3g} -> {verdict}{note}")
@@ -422,7 +442,7 @@ def certify(directory: Path, bench_file: str | None = None, log=print, legacy: b
                               {"question_id": q.question_id, "subtask": q.subtask, "turn": t, "position": p},
                               (target, old) if old is not None else None)
                     res.divergences.append(d)
-                    if d.kind == "bug":  # named in the log: where to look, without the JSON
+                    if d.kind == "bug" or d.rounding_only:  # named in the log: where to look, without the JSON
                         log(f"{r.label}: {divergence_line(d)}")
                     break
                 res.tokens_compared += len(a)
@@ -434,8 +454,8 @@ def certify(directory: Path, bench_file: str | None = None, log=print, legacy: b
             out[r.label]["legacy_only_certified"] = sum(d.legacy_kind == "near-tie" and d.kind == "bug"
                                                         for d in res.divergences)
         log(f"certify {r.label}: {res.tokens_compared} tokens compared ({res.not_compared_tokens} not, after a "
-            f"divergence), {res.identical_turns}/{res.turns} turns identical, {res.certified} certified near-tie(s), "
-            f"{res.uncertified} uncertified{vanilla_side(res.vanilla_only)}; largest gap {res.largest_gap:.3g}; "
+            f"divergence), {res.identical_turns}/{res.turns} turns identical, {res.certified} certified near-tie(s)"
+            f"{aside(res.rounding_only, ROUNDING_ONLY)}, {res.uncertified} uncertified{aside(res.vanilla_only, VANILLA_ONLY)}; largest gap {res.largest_gap:.3g}; "
             f"bound {tol.basis or tol}")
     (directory / "identity_certified.json").write_text(json.dumps(out, indent=1, default=str))
     return out

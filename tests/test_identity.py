@@ -77,6 +77,18 @@ def test_a_vanilla_token_within_transformers_own_rounding_is_a_near_tie():
     measured = identity.Tolerance(fixed.absolute, fixed.ulps, "bfloat16", reference_noise=0.6)
     assert fixed.at(3.24) < 0.219 <= measured.at(3.24)
     assert measured.at(3.24) < 2.0 and str(measured) == f"max(0.05, {fixed.ulps:g} ulp, 0.6)"
+    # judged so, the line and the counts say which term certified it
+    where = dict(question_id=482, subtask="rag", turn=1, position=39)
+    d = identity.Divergence(**where, vanilla_token=9308, method_token=26627, vanilla_gap=0.219, method_gap=0.0,
+                            tolerance=measured.at(3.24), kind="near-tie", fixed_tolerance=fixed.at(3.24))
+    within = identity.Divergence(**where, vanilla_token=9308, method_token=26627, vanilla_gap=0.05, method_gap=0.0,
+                                 tolerance=measured.at(3.24), kind="near-tie", fixed_tolerance=fixed.at(3.24))
+    assert d.rounding_only and not within.rounding_only and not d.vanilla_only
+    assert "by transformers' own rounding: the ulp model's bound is 0.0856" in identity.divergence_line(d)
+    res = identity.IdentityResult(measured, divergences=[d, within])
+    assert res.passed and res.as_dict()["near_tie_rounding_only"] == 1
+    assert identity.aside(res.rounding_only, identity.ROUNDING_ONLY) == " (1 only by transformers' own rounding)"
+    assert identity.aside(0, identity.ROUNDING_ONLY) == ""
 
 
 def test_whole_turns_are_compared_with_a_resync_at_each_divergence():

@@ -171,8 +171,10 @@ def cmd_lossless(args) -> int:
             torch.set_num_threads(args.threads)
         results = identity.certify(Path(args.certify), args.bench_file)
         bugs = sum(r["bug"] for r in results.values())
-        side = identity.vanilla_side(sum(r["bug_vanilla_only"] for r in results.values()))
-        print(f"certify: {len(results)} file(s), {bugs} bug(s){side} -> {'FAIL' if bugs else 'PASS'}")
+        total = lambda key: sum(r[key] for r in results.values())  # noqa: E731
+        print(f"certify: {len(results)} file(s), {total('near_tie')} certified near-tie(s)"
+              f"{identity.aside(total('near_tie_rounding_only'), identity.ROUNDING_ONLY)}, {bugs} bug(s)"
+              f"{identity.aside(total('bug_vanilla_only'), identity.VANILLA_ONLY)} -> {'FAIL' if bugs else 'PASS'}")
         return 1 if bugs else 0
     if not args.method:
         raise UsageError("lossless needs --method NAME (or --certify RESULT_DIR)")
@@ -214,7 +216,8 @@ def cmd_lossless(args) -> int:
               f"{args.max_new_tokens} tokens per turn, {target.name} {args.dtype}; near-tie bound {tol.basis}")
         g = identity.greedy_check(target, method, vanilla, qs, args.max_new_tokens, tol, ref=ref)
         print(f"greedy: {g.identical_turns}/{g.turns} turns identical, {g.tokens_compared} tokens compared; "
-              f"{len(g.divergences)} divergence(s): {g.certified} certified near-tie(s), {g.uncertified} uncertified "
+              f"{len(g.divergences)} divergence(s): {g.certified} certified near-tie(s)"
+              f"{identity.aside(g.rounding_only, identity.ROUNDING_ONLY)}, {g.uncertified} uncertified "
               f"(largest gap {g.largest_gap:.3g}) -> {'PASS' if g.passed else 'FAIL'}")
         report["levels"]["greedy"] = {**g.as_dict(), "passed": g.passed}
         failed |= not g.passed
