@@ -7,7 +7,7 @@ greedy
     each turn's prompt is built from vanilla's earlier answers so both methods see the same ids)
     is decoded by ``vanilla`` and by the method, whole turns compared token for token with a
     resync at each divergence; a divergence passes only as a near-tie certified against an
-    independent float32 reference and a fixed bound (``specharness.identity``).
+    independent float32 reference and a bound the engine cannot widen (``specharness.identity``).
 
 sampling (a), exact
     A tiny random model (4 layers, so exit layers 1-3 fit) with a small vocabulary (default 8

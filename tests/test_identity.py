@@ -58,11 +58,12 @@ def test_reduced_precision_bounds_take_transformers_own_rounding_measured_off_th
     def broken(*args, **kwargs):
         raise AssertionError("reference_noise ran the engine")
     monkeypatch.setattr(tiny, "forward", broken)
-    noise = identity.reference_noise(tiny, ref, "bfloat16")
+    noise, positions = identity.reference_noise(tiny, ref, "bfloat16")
+    assert positions == len(identity.CALIBRATION_PROMPTS) * 128  # a fixed sample, whatever the text
     assert 0 < noise < 1, noise  # bfloat16 moves some gap, by rounding, not by logits
-    assert identity.reference_noise(tiny, ref, "float32", tokens=16) == 0.0  # float32 against itself
+    assert identity.reference_noise(tiny, ref, "float32", tokens=16) == (0.0, len(identity.CALIBRATION_PROMPTS) * 16)
     tol = identity.bound_for(tiny, ref, "bfloat16")
-    assert tol.reference_noise == noise and "transformers' own bfloat16" in tol.basis
+    assert tol.reference_noise == noise and f"over {positions} positions" in tol.basis
     fixed = identity.tolerance_for(tiny.n_layers, "bfloat16")
     assert tol.at(0.01) == max(noise, fixed.at(0.01)) and tol.at(1e4) == fixed.at(1e4)  # the larger of the two
     assert identity.bound_for(tiny, ref, "float32").at(3.0) == 1e-4
@@ -147,7 +148,7 @@ def test_a_broken_wide_path_is_certified_by_the_old_rule_and_caught_by_the_refer
     """The mutant scales the narrow kernel's output wherever a forward holds more than one position
     (a verification), so vanilla's one-position steps are untouched and every speculative round is
     wrong. The self-calibrated rule measures that very error as "kernel noise" and certifies what
-    it causes; the float32 reference and its fixed bound call it a bug."""
+    it causes; the float32 reference and its bound (transformers' rounding included) call it a bug."""
     kernel_path("avx512-bf16")
     from specharness.model.accel import narrow_attention
     tiny = TargetModel.tiny("llama", vocab_size=64, n_layers=2, hidden_size=128, n_heads=2, n_kv_heads=1, seed=3,
@@ -164,6 +165,7 @@ def test_a_broken_wide_path_is_certified_by_the_old_rule_and_caught_by_the_refer
     old = identity.self_calibrated_tolerance(tiny, "bfloat16")
     new = identity.bound_for(tiny, identity.Reference(tiny), "bfloat16")  # transformers' rounding included
     assert old.ulps > new.ulps  # the mutant inflated what the old rule measured
+    assert new.reference_noise > new.absolute  # the measured term is live here, and still catches it
     r = identity.greedy_check(tiny, method, vanilla, [Question("q", "qa", "qa", ("x",))], 12, new, lambda *_: None,
                               legacy=old)
     assert r.divergences, "the mutant changed no token: the test would prove nothing"

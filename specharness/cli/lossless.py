@@ -20,7 +20,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "lossless", help="check a method is lossless: greedy identity, sampled distributions",
         description="Greedy: token-identical to vanilla on Spec-Bench prompts, whole turns (near-ties told from "
-                    "bugs against a float32 reference and a fixed bound). Sampling: chi-square of sampled sequences against the exact "
+                    "bugs against a float32 reference and a bound the engine cannot widen). Sampling: chi-square of sampled sequences against the exact "
                     "distribution, (a) on a tiny model, first k tokens enumerated; (c) the same with longer "
                     "generations, so rejections happen at the 2nd draft of a round or later; (b) on the real "
                     "model, first token and second given first. Exits 1 on a failure.",
@@ -28,7 +28,7 @@ def add_parser(sub) -> None:
     p.add_argument("--method", default=None, help="method to check (see 'specharness list')")
     p.add_argument("--certify", default=None, metavar="RESULT_DIR",
                    help="instead: certify every greedy divergence in a benchmark's result files (near-tie or "
-                        "bug, by the target's top-2 margin) and write identity_certified.json for the report")
+                        "bug, against the float32 reference's top logit) and write identity_certified.json for the report")
     p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE", help="method option")
     p.add_argument("--tiny-option", action="append", default=[], metavar="KEY=VALUE",
                    help="method option for levels (a) and (c) only, on the tiny model; the method's own tiny "
