@@ -101,18 +101,19 @@ def calibration_logits(target, ref: "Reference", dtype: str, tokens: int = 128):
     of ``CALIBRATION_PROMPTS``' float32 greedy continuations (``tokens`` each, end tokens included, so
     the count is fixed; greedy by hand, so no generation config's penalties or end tokens apply)."""
     import torch
+    from transformers import DynamicCache
     low = target.hf if target.dtype == getattr(torch, dtype) else copy.deepcopy(ref.hf).to(getattr(torch, dtype))
     prompts = ([target.chat_ids([{"role": "user", "content": p}]) for p in CALIBRATION_PROMPTS]
                if target.tokenizer is not None else [[1 + (i * 7 + k) % (target.vocab_size - 1) for i in range(16)]
                                                      for k in range(len(CALIBRATION_PROMPTS))])
     for ids in prompts:
         with torch.inference_mode():  # left before each yield: the caller's code runs in its own mode
-            seq = torch.tensor(ids, device=ref.device)
-            out = ref.hf(seq[None], use_cache=True)
+            seq, cache = torch.tensor(ids, device=ref.device), DynamicCache()
+            out = ref.hf(seq[None], cache=cache, use_cache=True, logits_to_keep=1)
             for _ in range(tokens):
                 nxt = out.logits[0, -1].argmax().reshape(1)
                 seq = torch.cat([seq, nxt])
-                out = ref.hf(nxt[None], past_key_values=out.past_key_values, use_cache=True)
+                out = ref.hf(nxt[None], cache=cache, use_cache=True)
             pair = (ref.hf(seq[None]).logits[0, len(ids) - 1:-1].float(),
                     low(seq[None]).logits[0, len(ids) - 1:-1].float())
         yield pair
