@@ -108,10 +108,8 @@ def identity(runs: list[Run]) -> list[Section]:
     if bound_based:
         caption = ("Greedy outputs against vanilla's on the same questions, turn by turn (token ids). A "
                    "difference is a bug unless certified a near-tie by `specharness lossless --certify DIR`: at each "
-                   "turn's first differing position both tokens sit within a bound of the top logit of the "
-                   "target's weights run in float32 by transformers: a fixed number of ulps, or in reduced "
-                   "precision the largest gap shift transformers' own forward in that dtype shows, if larger "
-                   "(specharness/identity.py); tokens compared = "
+                   "turn's first differing position both tokens sit within a fixed bound of the top logit of the "
+                   "target's weights run in float32 by transformers (specharness/identity.py); tokens compared = "
                    "every token up to and including each turn's first difference ('-' = not certified).")
         header = ["File", "Turns", "Identical", "Tokens compared", "Near-ties (certified)", "Uncertified",
                   "First difference"]
