@@ -75,12 +75,19 @@ class Tolerance:
     reference_noise: float = 0.0  # transformers' own reduced-precision forward's largest gap shift
     reference_positions: int = 0  # the positions that shift was measured over
 
+    def fixed_at(self, top_logit: float) -> float:
+        """The bound without the measured term: the absolute floor or the ulp model."""
+        return max(self.absolute, self.ulps * ulp(top_logit, self.dtype))
+
     def at(self, top_logit: float) -> float:
-        return max(self.absolute, self.ulps * ulp(top_logit, self.dtype), self.reference_noise)
+        return max(self.fixed_at(top_logit), self.reference_noise)
 
     def __str__(self) -> str:
-        parts = [f"{self.absolute:g}"] + [f"{self.ulps:g} ulp"] * bool(self.ulps) + \
-            [f"{self.reference_noise:.3g}"] * bool(self.reference_noise)
+        parts = [f"{self.absolute:g}"]
+        if self.ulps:
+            parts.append(f"{self.ulps:g} ulp")
+        if self.reference_noise:
+            parts.append(f"{self.reference_noise:.3g}")
         return parts[0] if len(parts) == 1 else f"max({', '.join(parts)})"
 
 
@@ -304,7 +311,7 @@ def judge(ref: Reference, prefix: list[int], vt: int | None, mt: int | None, tol
     top = float(logits.max())
     gaps = {t: top - float(logits[t]) for t in (vt, mt) if t is not None}
     bound = tol.at(top)
-    fixed = max(tol.absolute, tol.ulps * ulp(top, tol.dtype))
+    fixed = tol.fixed_at(top)
     near = vt is not None and mt is not None and vt != mt and gaps[vt] <= bound and gaps[mt] <= bound
     d = Divergence(**where, vanilla_token=vt, method_token=mt, vanilla_gap=gaps.get(vt), method_gap=gaps.get(mt),
                    tolerance=bound, kind="near-tie" if near else "bug", top_token=int(logits.argmax()),

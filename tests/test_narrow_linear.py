@@ -150,7 +150,8 @@ def test_a_bfloat16_target_on_the_kernel_builds_every_graph_and_decodes_as_it_do
     assert store.failures == {} and any(k.width == "wide" for k in store.built)
     assert calls.rows == [2] * 9 + [8] * 9  # 2 layers x 4 linears and the head, per static graph; none in the prefill
     # where the kernel's greedy token differs from eager's, the kernel's must sit within the ulp model's
-    # bfloat16 bound (identity.tolerance_for, the stricter term of the identity rule) of the float32 reference's top. (qwen2's random weights have such a row:
+    # bfloat16 bound (identity.tolerance_for, the identity rule's stricter term) of the float32
+    # reference's top. (qwen2's random weights have such a row:
     # there the kernel's token is the reference's top and eager oneDNN's sits 0.066 below it, past the
     # bound, as vanilla's did in results/smollm2-cpu-epyc-narrow-linear's certify.)
     ref, tol = identity.Reference(eager), identity.tolerance_for(eager.n_layers, "bfloat16")
