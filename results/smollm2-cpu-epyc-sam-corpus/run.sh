@@ -5,8 +5,8 @@
 # (the self-distillation recipe, conversations=256, its 13 held-out ones left out): corpus.txt, made by
 # make_corpus.py. One interleaved compare of vanilla, pld, sam and sam with the corpus on Spec-Bench,
 # 10 questions per subtask (70 turns), 128 new tokens, 1 warm-up and 2 timed repeats, 2 threads, the
-# default engine; then certify and report. ~30 min alone on the machine (corpus.txt committed; without
-# it, ~12 min more to generate the data). Rerunning resumes.
+# default engine; then certify and report. ~15 min alone on the machine (corpus.txt committed; without
+# it, ~8 min more to generate the data). Rerunning resumes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/smollm2-cpu-epyc-sam-corpus}"
