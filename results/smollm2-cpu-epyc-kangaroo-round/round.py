@@ -19,7 +19,6 @@ import torch
 from specharness.engine import generate
 from specharness.engine_ab import compiled_target
 from specharness.methods.kangaroo import drafter as kangaroo
-from specharness.model import graph_store
 from specharness.model.engine_choice import cpu_name
 from specharness.results import provenance
 from specharness.tasks.specbench import load_questions

@@ -16,7 +16,7 @@ from specharness.options import resolve_options
 
 options = resolve_options("make_corpus", sd.RECIPE_OPTIONS, [f"conversations={sys.argv[1]}"])
 target = TargetModel.load("smollm2", "float32", "cpu")
-ds, meta = sd.load(sd.data_dir(target, options, sd.recipe(options)))
+ds, _ = sd.load(sd.data_dir(target, options, sd.recipe(options)))
 train_rows, _ = sd.split_rows(len(ds), options)
 answers = [target.tokenizer.decode(ids[mask].tolist(), skip_special_tokens=True).strip()
            for ids, mask in sd.examples(ds, train_rows)]
