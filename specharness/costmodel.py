@@ -148,6 +148,29 @@ def question_ms(turns: list[TurnRounds], costs: RoundCosts) -> float | None:
     return total
 
 
+def _totals(records: list[QuestionRecord], vanilla: list[QuestionRecord], costs: RoundCosts,
+            base: RoundCosts) -> dict | None:
+    """Predicted and measured ms and tokens over the questions both files hold (None: no widths)."""
+    by_id = {r.question_id: r for r in vanilla}
+    t = dict.fromkeys(("pred_m", "pred_v", "meas_m", "meas_v", "tok_m", "tok_v"), 0.0)
+    for r in records:
+        v = by_id.get(r.question_id)
+        if v is None:
+            continue
+        pm, pv = question_ms(r.rounds, costs), question_ms(v.rounds, base)
+        if pm is None or pv is None:
+            return None
+        for key, value in (("pred_m", pm), ("pred_v", pv), ("meas_m", r.time), ("meas_v", v.time),
+                           ("tok_m", r.tokens), ("tok_v", v.tokens)):
+            t[key] += value
+    return t if t["pred_m"] and t["meas_m"] else None
+
+
+def _ratio(t: dict, kind: str) -> float:
+    """Tokens per second over vanilla's, of the predicted or measured sums."""
+    return (t["tok_m"] / t[f"{kind}_m"]) / (t["tok_v"] / t[f"{kind}_v"])
+
+
 def predict(records: list[QuestionRecord], meta: dict, vanilla: list[QuestionRecord], profile: Profile,
             vanilla_meta: dict | None = None) -> dict | None:
     """Predicted and measured speedup of a file over its vanilla file, or None when the profile
@@ -157,23 +180,35 @@ def predict(records: list[QuestionRecord], meta: dict, vanilla: list[QuestionRec
     base = profile.engine_costs(vmeta.get("dtype"), vmeta.get("compile"), "vanilla")
     if costs is None or base is None:
         return None
-    by_id = {r.question_id: r for r in vanilla}
-    pred_m = pred_v = meas_m = meas_v = 0.0
-    tok_m = tok_v = 0
-    for r in records:
-        v = by_id.get(r.question_id)
-        if v is None:
-            continue
-        pm, pv = question_ms(r.rounds, costs), question_ms(v.rounds, base)
-        if pm is None or pv is None:
-            return None
-        pred_m, pred_v = pred_m + pm, pred_v + pv
-        meas_m, meas_v = meas_m + r.time, meas_v + v.time
-        tok_m, tok_v = tok_m + r.tokens, tok_v + v.tokens
-    if not pred_m or not meas_m:
+    t = _totals(records, vanilla, costs, base)
+    if t is None:
         return None
-    predicted = (tok_m / pred_m) / (tok_v / pred_v)
-    measured = (tok_m / meas_m) / (tok_v / meas_v)
+    predicted, measured = _ratio(t, "pred"), _ratio(t, "meas")
     return {"predicted_speedup": predicted, "measured_speedup": measured, "gap": measured / predicted - 1,
-            "predicted_vanilla_ms_per_token": pred_v / tok_v, "measured_vanilla_ms_per_token": 1e3 * meas_v / tok_v,
-            "config": engine}
+            "predicted_vanilla_ms_per_token": t["pred_v"] / t["tok_v"],
+            "measured_vanilla_ms_per_token": 1e3 * t["meas_v"] / t["tok_v"], "config": engine}
+
+
+def ceilings(records: list[QuestionRecord], meta: dict, vanilla: list[QuestionRecord], profile: Profile,
+             vanilla_meta: dict | None = None) -> dict | None:
+    """What the profile predicts for a file's own rounds (its draft sizes, widths, acceptance) with
+    parts of its cost taken away: ``free_drafting``, no drafting time and vanilla's bookkeeping per
+    round; ``flat_verification``, besides, every verification at the cost of vanilla's one-position
+    step. So the distance from the measured speedup to the first is what the drafter costs, from the
+    first to the second what the machine's width curve costs, and the second is what the acceptance
+    alone allows. None for a method the engine does not run (transformers' peers) or the profile
+    cannot speak for."""
+    vmeta = vanilla_meta or meta
+    costs = profile.engine_costs(meta.get("dtype"), meta.get("compile"), meta.get("method"), meta.get("options"))
+    base = profile.engine_costs(vmeta.get("dtype"), vmeta.get("compile"), "vanilla")
+    if costs is None or base is None:
+        return None
+    free = RoundCosts(costs.prefill, costs.forward, 0.0, 0.0, base.per_round_ms)
+    flat = RoundCosts(costs.prefill, lambda width, context: base.forward(1, context), 0.0, 0.0, base.per_round_ms)
+    got = {}
+    for name, what in (("predicted", costs), ("free_drafting", free), ("flat_verification", flat)):
+        t = _totals(records, vanilla, what, base)
+        if t is None:
+            return None
+        got[name] = _ratio(t, "pred")
+    return {**got, "measured": _ratio(t, "meas")}

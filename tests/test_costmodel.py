@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specharness.costmodel import Profile, predict, question_ms
+from specharness.costmodel import Profile, ceilings, predict, question_ms
 from specharness.records import QuestionRecord, TurnRounds
 
 PROFILE = {
@@ -72,6 +72,21 @@ def test_predict_compares_token_rates_and_refuses_what_the_profile_lacks():
     assert predict(method, {**meta, "dtype": "float32"}, vanilla, p) is None
     no_widths = [QuestionRecord(1, "qa", rounds=[TurnRounds([0, 2], [0, 2])], new_tokens=[3], wall_time=[0.05])]
     assert predict(no_widths, meta, vanilla, p) is None
+
+
+def test_ceilings_take_away_the_drafting_then_the_width_curve_and_leave_the_acceptance():
+    p = Profile(PROFILE)
+    meta = {"dtype": "bfloat16", "compile": "none", "method": "chain"}
+    vanilla = [_record(1, [0, 0, 0], [0, 0, 0], [10, 1, 1], 0.1, 3)]
+    method = [_record(1, [0, 2], [0, 2], [10, 3], 0.05, 3)]  # one round drafts 2, keeps both: 3 tokens
+    got = ceilings(method, meta, vanilla, p, {**meta, "method": "vanilla"})
+    pred_v = 5.0 + (8.2 + 1.0) + (8.22 + 1.0)
+    assert got["predicted"] == pytest.approx(predict(method, meta, vanilla, p)["predicted_speedup"])
+    assert got["free_drafting"] == pytest.approx(pred_v / (5.0 + 12.2 + 1.0))  # no 4 ms of drafting
+    assert got["flat_verification"] == pytest.approx(pred_v / (5.0 + 8.2 + 1.0))  # width 3 at width 1's cost
+    assert got["measured"] == pytest.approx(2.0)
+    assert got["predicted"] < got["free_drafting"] < got["flat_verification"]
+    assert ceilings(method, {**meta, "method": "hf-peer"}, vanilla, p) is None  # not the engine's: no ceiling
 
 
 def test_compute_floor_counts_every_matmul_and_bounds_the_width_curve():

@@ -163,3 +163,41 @@ def test_a_bfloat16_target_on_the_kernel_builds_every_graph_and_decodes_as_it_do
             assert gap <= tol.at(float(truth.max())), (family, row, gap)
     if family == "llama":
         assert all(torch.equal(a.argmax(-1), b.argmax(-1)) for a, b in zip(want, got))
+
+
+@needs_kernel
+def test_a_child_process_builds_the_package_of_a_graph_that_calls_the_kernel(tmp_path):
+    """The graph store builds packages in child processes (``graph_build``); one whose graph calls our
+    op must register the op's fake kernel there first. (It did not: every such build failed, and each
+    run compiled those graphs with torch.compile instead, untimed but every run.) The package computes
+    what the op does."""
+    import json
+    import subprocess
+
+    from specharness.model import graph_store
+    assert narrow_linear.available(CPU), narrow_attention.reason()
+
+    class Linear(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(64, 32).bfloat16(), requires_grad=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return narrow_linear.linear(x, self.w)
+
+    x, module = torch.randn(4, 32).bfloat16(), Linear()
+    program = torch.export.export(module, (x,))
+    assert narrow_linear.called_by(program.graph)
+    assert not narrow_linear.called_by(torch.export.export(torch.nn.Linear(32, 64), (x.float(),)).graph)
+    torch.export.save(program, str(tmp_path / "program.pt2"))
+    package = tmp_path / "graph.pt2"
+    spec = {"program": str(tmp_path / "program.pt2"), "package": str(package), "part": str(tmp_path / "part.pt2"),
+            "record": {}, "configs": {"aot_inductor.package": True}, "threads": 1, "quiet_autotune": True,
+            "amx_prefetch": False, "narrow_attention": "on", "autotune_timing": "fastest", "export_s": 0.0,
+            "narrow_linear": narrow_linear.called_by(program.graph)}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    done = subprocess.run([*graph_store.BUILDER, str(tmp_path / "spec.json")], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
+    with torch.inference_mode():
+        assert torch.equal(torch._inductor.aoti_load_package(str(package))(x), module(x))

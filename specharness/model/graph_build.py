@@ -57,6 +57,11 @@ def build(spec: dict) -> None:
     if spec["narrow_attention"] != "off":  # the program may call our op: it must be registered to load
         from .accel import narrow_attention
         narrow_attention.available(torch.device("cpu"), narrow_attention.HEAD_DIMS[0], spec["narrow_attention"])
+    if spec.get("narrow_linear"):  # our linear op: its fake kernel is narrow_linear's own to register (without
+        # it every such build failed, and the run compiled that graph with torch.compile instead, every run)
+        from .accel import narrow_linear
+        if not narrow_linear.available(torch.device("cpu")):
+            raise RuntimeError("the program calls specharness::narrow_linear, but the engine's C++ library did not load")
     package(torch.export.load(spec["program"]), spec)
 
 

@@ -50,6 +50,7 @@ from torch import nn
 from ..errors import UsageError, exception_line
 from ..paths import cache_root, write_text_atomic
 from . import graph_build
+from .accel import narrow_linear
 from .accel.inductor_cache import weights_digest
 
 BUILDER = [sys.executable, "-m", "specharness.model.graph_build"]  # a child that builds one package from its spec
@@ -294,6 +295,7 @@ class GraphStore:
                 "record": record, "configs": configs, "threads": self.env["threads"], "quiet_autotune": self.quiet,
                 "amx_prefetch": bool(self.env.get("amx_prefetch")) and self.mode == "max-autotune",
                 "narrow_attention": self.env.get("narrow_attention", "on"),
+                "narrow_linear": narrow_linear.called_by(exported.graph),
                 "autotune_timing": self.env.get("autotune_timing", "fastest"),
                 "export_s": time.perf_counter() - started}
         if not background:

@@ -55,7 +55,8 @@ def build_report(paths: list[str | Path], out: str | Path, plugins: list[str] | 
         for section in build(runs):
             writer.add(section)
     if profile:
-        for section in tables.cost_model_profile(runs, Profile.load(profile)):
+        measured = Profile.load(profile)
+        for section in [*tables.cost_model_profile(runs, measured), *tables.ceilings(runs, measured)]:
             writer.add(section)
     for section in [*figures.fig1a(runs, ctar_subtask), *figures.fig1b(runs), *scaling.data_scaling(runs),
                     *method_sections(runs, plugins or [])]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from .. import metrics, stats
+from ..costmodel import ceilings as cost_ceilings
 from ..costmodel import predict
 from ..tasks.specbench import SUBTASKS
 from .runs import QUICK_NOTE, SUBTASK_TITLES, Run, cell, fmt_cr, fmt_params, fmt_speedup, same_setting, subtasks_present
@@ -292,6 +293,32 @@ def cost_model_profile(runs: list[Run], profile) -> list[Section]:
                "per-step overhead and the peer's costs per round and per drafted token) and each file's own rounds "
                "(draft sizes, widths, contexts), beside the measured one. ‡ more than 10% apart.")
     return [Table("cost_model_profile", "Cost model (profile).", caption, header, rows, data)]
+
+
+def ceilings(runs: list[Run], profile) -> list[Section]:
+    """Where each method's time goes, as speedups: measured, predicted from the profile, then with its
+    drafting free, then with verification as cheap as a one-position step too (``costmodel.ceilings``).
+    A goal above the last column needs more acceptance; above the middle one, a flatter width curve."""
+    rows, data = [], {}
+    for r in sorted(runs, key=lambda r: (r.short, r.label)):
+        if r.is_vanilla or r.baseline is None:
+            continue
+        got = cost_ceilings(r.records, r.meta, r.baseline.records, profile, r.baseline.meta)
+        if got is None:
+            continue
+        rows.append([r.label, f"{metrics.compression_rate(r.records):.2f}", f"{got['measured']:.3f}×",
+                     f"{got['predicted']:.3f}×", f"{got['free_drafting']:.3f}×", f"{got['flat_verification']:.3f}×"])
+        data[r.label] = got
+    if not rows:
+        return []
+    header = ["File", "CR", "Measured speedup", "Predicted (profile)", "Drafting free",
+              "Drafting free, flat verification"]
+    caption = ("What each method's own rounds (draft sizes, widths, acceptance) would run at on the profiled "
+               "machine: as profiled; with drafting free (no drafting time, vanilla's bookkeeping per round); and "
+               "with every verification also costing vanilla's one-position step. Measured to drafting free: what "
+               "the drafter and its bookkeeping cost; drafting free to flat: what the machine's width curve costs; "
+               "the last column: what the acceptance alone allows.")
+    return [Table("ceilings", "Ceilings.", caption, header, rows, data)]
 
 
 def hardware(runs: list[Run]) -> list[Section]:

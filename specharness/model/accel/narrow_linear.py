@@ -50,6 +50,12 @@ def fake(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.T
     return x.new_empty((x.shape[0], w.shape[0] * w.shape[2]))
 
 
+def called_by(graph: torch.fx.Graph) -> bool:
+    """Whether an exported graph calls the op: a process that builds its package must register the
+    fake kernel first (``available``)."""
+    return any(n.op == "call_function" and str(n.target).startswith("specharness.narrow_linear") for n in graph.nodes)
+
+
 def available(device: torch.device) -> bool:
     """Whether the engine's C++ library is loaded here (building it on the first ask); the op's fake
     kernel is registered then, before any graph that calls it is traced."""
