@@ -88,9 +88,9 @@ def print_summary(paths: list[Path], questions: list | None = None) -> None:
     if any(r["speedup_ci"] is None for r in rows):
         print("(speedup needs a vanilla result with the same model and settings: run --method vanilla "
               "or use 'compare --methods vanilla,...')")
-    note = narrow_step_note(paths)
-    if note:
-        print(note)
+    for note in (narrow_step_note(paths), unstored_note(paths)):
+        if note:
+            print(note)
     for p in paths:
         print(f"results: {p}")
 
@@ -117,3 +117,19 @@ def narrow_step_note(paths: list[Path]) -> str | None:
             return said + "every speedup here is against the slower step (header: warmup.verify_ms_by_width)"
         return None
     return None
+
+
+def unstored_note(paths: list[Path]) -> str | None:
+    """One line when graphs of this run could not be kept as graph store packages (the header's
+    ``warmup.graphs_not_stored``): they ran through torch.compile instead, which every later run
+    compiles again, and which ran ~1 ms a forward slower than a package on a 2-core EPYC
+    (results/smollm2-cpu-epyc-narrow-build). Silent, such failures once went unnoticed for two tables."""
+    failed: dict[str, str] = {}
+    for path in paths:
+        failed.update((read_results(path)[0].get("warmup") or {}).get("graphs_not_stored") or {})
+    if not failed:
+        return None
+    graph, why = next(iter(failed.items()))
+    return (f"note: {len(failed)} graph(s) could not be kept in the graph store (e.g. {graph}: {why}); they ran "
+            "through torch.compile, slower than a package here, and compile again in every run "
+            "(header: warmup.graphs_not_stored)")

@@ -13,7 +13,7 @@ from specharness.methods.vanilla import NoDraft
 from specharness.model import GraphKey, TargetModel
 from specharness.results import meta_path
 from specharness.runner import route_stand_in, verify_curve
-from specharness.summary import narrow_step_note
+from specharness.summary import narrow_step_note, unstored_note
 from specharness.verify import greedy
 from specharness.width_curve import choose_route
 
@@ -103,3 +103,14 @@ def test_the_summary_says_when_a_wider_graph_beat_a_narrower_one(tmp_path):
             assert note is None
         else:
             assert note and "8 positions took 11.5 ms" in note and says in note, note
+
+
+def test_the_summary_says_when_graphs_could_not_be_stored(tmp_path):
+    path = tmp_path / "vanilla.jsonl"
+    path.write_text("")
+    meta_path(path).write_text(json.dumps({"method": "vanilla", "warmup": {"graphs_stored": 3}}))
+    assert unstored_note([path]) is None
+    failed = {"layers 0-30 +head, width 8": "UnsupportedOperatorException: specharness.narrow_linear.default"}
+    meta_path(path).write_text(json.dumps({"method": "vanilla", "warmup": {"graphs_not_stored": failed}}))
+    note = unstored_note([path])
+    assert note and "1 graph(s)" in note and "width 8: UnsupportedOperatorException" in note and "torch.compile" in note

@@ -317,7 +317,8 @@ def ceilings(runs: list[Run], profile) -> list[Section]:
                "machine: as profiled; with drafting free (no drafting time, vanilla's bookkeeping per round); and "
                "with every verification also costing vanilla's one-position step. Measured to drafting free: what "
                "the drafter and its bookkeeping cost; drafting free to flat: what the machine's width curve costs; "
-               "the last column: what the acceptance alone allows.")
+               "the last column: what the acceptance alone allows. Speedups pooled over the questions (all tokens "
+               "over all time), as in the cost models, not Table 1's mean over subtasks.")
     return [Table("ceilings", "Ceilings.", caption, header, rows, data)]
 
 
