@@ -193,8 +193,8 @@ def ceilings(records: list[QuestionRecord], meta: dict, vanilla: list[QuestionRe
              vanilla_meta: dict | None = None) -> dict | None:
     """What the profile predicts for a file's own rounds (its draft sizes, widths, acceptance) with
     parts of its cost taken away: ``free_drafting``, no drafting time and vanilla's bookkeeping per
-    round; ``flat_verification``, besides, every verification at the cost of vanilla's one-position
-    step. So the distance from the measured speedup to the first is what the drafter costs, from the
+    round; ``flat_verification``, besides, every verification at the cost of a one-position
+    step (or its own, where that is less). So the distance from the predicted speedup to the first is what the drafter costs, from the
     first to the second what the machine's width curve costs, and the second is what the acceptance
     alone allows. None for a method the engine does not run (transformers' peers) or the profile
     cannot speak for."""
@@ -204,7 +204,8 @@ def ceilings(records: list[QuestionRecord], meta: dict, vanilla: list[QuestionRe
     if costs is None or base is None:
         return None
     free = RoundCosts(costs.prefill, costs.forward, 0.0, 0.0, base.per_round_ms)
-    flat = RoundCosts(costs.prefill, lambda width, context: base.forward(1, context), 0.0, 0.0, base.per_round_ms)
+    flat = RoundCosts(costs.prefill, lambda width, context: min(costs.forward(width, context), costs.forward(1, context)),
+                      0.0, 0.0, base.per_round_ms)
     got = {}
     for name, what in (("predicted", costs), ("free_drafting", free), ("flat_verification", flat)):
         t = _totals(records, vanilla, what, base)

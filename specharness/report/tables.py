@@ -315,7 +315,7 @@ def ceilings(runs: list[Run], profile) -> list[Section]:
               "Drafting free, flat verification"]
     caption = ("What each method's own rounds (draft sizes, widths, acceptance) would run at on the profiled "
                "machine: as profiled; with drafting free (no drafting time, vanilla's bookkeeping per round); and "
-               "with every verification also costing vanilla's one-position step. Measured to drafting free: what "
+               "with every verification also costing a one-position step (or less). Predicted to drafting free: what "
                "the drafter and its bookkeeping cost; drafting free to flat: what the machine's width curve costs; "
                "the last column: what the acceptance alone allows. Speedups pooled over the questions (all tokens "
                "over all time), as in the cost models, not Table 1's mean over subtasks.")
