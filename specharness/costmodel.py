@@ -171,13 +171,17 @@ def _ratio(t: dict, kind: str) -> float:
     return (t["tok_m"] / t[f"{kind}_m"]) / (t["tok_v"] / t[f"{kind}_v"])
 
 
+def _vanilla_costs(profile: Profile, vanilla_meta: dict) -> RoundCosts | None:
+    """The engine's vanilla costs in the vanilla file's configuration: every prediction's baseline."""
+    return profile.engine_costs(vanilla_meta.get("dtype"), vanilla_meta.get("compile"), "vanilla")
+
+
 def predict(records: list[QuestionRecord], meta: dict, vanilla: list[QuestionRecord], profile: Profile,
             vanilla_meta: dict | None = None) -> dict | None:
     """Predicted and measured speedup of a file over its vanilla file, or None when the profile
     cannot speak for it (another configuration, an unprofiled method, no widths recorded)."""
     costs, engine = profile.costs(meta)
-    vmeta = vanilla_meta or meta
-    base = profile.engine_costs(vmeta.get("dtype"), vmeta.get("compile"), "vanilla")
+    base = _vanilla_costs(profile, vanilla_meta or meta)
     if costs is None or base is None:
         return None
     t = _totals(records, vanilla, costs, base)
@@ -194,22 +198,19 @@ def ceilings(records: list[QuestionRecord], meta: dict, vanilla: list[QuestionRe
     """What the profile predicts for a file's own rounds (its draft sizes, widths, acceptance) with
     parts of its cost taken away: ``free_drafting``, no drafting time and vanilla's bookkeeping per
     round; ``flat_verification``, besides, every verification at the cost of a one-position
-    step (or its own, where that is less). So the distance from the predicted speedup to the first is what the drafter costs, from the
-    first to the second what the machine's width curve costs, and the second is what the acceptance
+    step (or its own, where that is less). So the distance from the predicted speedup to the first
+    is what the drafter costs, from the first to the second what the machine's width curve costs, and the second is what the acceptance
     alone allows. None for a method the engine does not run (transformers' peers) or the profile
     cannot speak for."""
-    vmeta = vanilla_meta or meta
     costs = profile.engine_costs(meta.get("dtype"), meta.get("compile"), meta.get("method"), meta.get("options"))
-    base = profile.engine_costs(vmeta.get("dtype"), vmeta.get("compile"), "vanilla")
+    base = _vanilla_costs(profile, vanilla_meta or meta)
     if costs is None or base is None:
         return None
     free = RoundCosts(costs.prefill, costs.forward, 0.0, 0.0, base.per_round_ms)
     flat = RoundCosts(costs.prefill, lambda width, context: min(costs.forward(width, context), costs.forward(1, context)),
                       0.0, 0.0, base.per_round_ms)
-    got = {}
-    for name, what in (("predicted", costs), ("free_drafting", free), ("flat_verification", flat)):
-        t = _totals(records, vanilla, what, base)
-        if t is None:
-            return None
-        got[name] = _ratio(t, "pred")
-    return {**got, "measured": _ratio(t, "meas")}
+    totals = {name: _totals(records, vanilla, what, base)
+              for name, what in (("predicted", costs), ("free_drafting", free), ("flat_verification", flat))}
+    if None in totals.values():
+        return None
+    return {**{name: _ratio(t, "pred") for name, t in totals.items()}, "measured": _ratio(totals["predicted"], "meas")}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from . import metrics, stats
 from .records import QuestionRecord
-from .results import BASELINE_IDENTITY, iter_result_files, read_results
+from .results import BASELINE_IDENTITY, iter_result_files, read_meta, read_results
 from .tasks.specbench import SUBTASKS
 from .width_curve import FASTER
 
@@ -101,7 +101,7 @@ def narrow_step_note(paths: list[Path]) -> str | None:
     vanilla's step among them (``warmup.route``), or, where it could not, every speedup is against the
     slower step."""
     for path in paths:
-        warm = read_results(path)[0].get("warmup") or {}
+        warm = read_meta(path).get("warmup") or {}
         curve = {int(w): ms for w, ms in (warm.get("verify_ms_by_width") or {}).items()}
         if len(curve) < 2:
             continue
@@ -126,7 +126,7 @@ def unstored_note(paths: list[Path]) -> str | None:
     (results/smollm2-cpu-epyc-narrow-build). Silent, such failures once went unnoticed for two tables."""
     failed: dict[str, str] = {}
     for path in paths:
-        failed.update((read_results(path)[0].get("warmup") or {}).get("graphs_not_stored") or {})
+        failed.update((read_meta(path).get("warmup") or {}).get("graphs_not_stored") or {})
     if not failed:
         return None
     graph, why = next(iter(failed.items()))

@@ -267,15 +267,20 @@ def cost_model(runs: list[Run]) -> list[Section]:
     return [Table("cost_model", "Cost model.", caption, header, rows, data)]
 
 
+def _profiled(runs: list[Run], model, profile):
+    """(run, what ``model`` says of it from the profile) for every non-vanilla run with a baseline that
+    the profile can speak for."""
+    for r in sorted(runs, key=lambda r: (r.short, r.label)):
+        if not r.is_vanilla and r.baseline is not None:
+            got = model(r.records, r.meta, r.baseline.records, profile, r.baseline.meta)
+            if got is not None:
+                yield r, got
+
+
 def cost_model_profile(runs: list[Run], profile) -> list[Section]:
     """Each file's speedup predicted from an engine profile measured apart from it (``costmodel``)."""
     rows, data = [], {}
-    for r in sorted(runs, key=lambda r: (r.short, r.label)):
-        if r.is_vanilla or r.baseline is None:
-            continue
-        got = predict(r.records, r.meta, r.baseline.records, profile, r.baseline.meta)
-        if got is None:
-            continue
+    for r, got in _profiled(runs, predict, profile):
         gap = got["gap"]
         rows.append([r.label, got["config"], f"{metrics.compression_rate(r.records):.2f}",
                      f"{got['predicted_vanilla_ms_per_token']:.1f}", f"{got['measured_vanilla_ms_per_token']:.1f}",
@@ -300,12 +305,7 @@ def ceilings(runs: list[Run], profile) -> list[Section]:
     drafting free, then with verification as cheap as a one-position step too (``costmodel.ceilings``).
     A goal above the last column needs more acceptance; above the middle one, a flatter width curve."""
     rows, data = [], {}
-    for r in sorted(runs, key=lambda r: (r.short, r.label)):
-        if r.is_vanilla or r.baseline is None:
-            continue
-        got = cost_ceilings(r.records, r.meta, r.baseline.records, profile, r.baseline.meta)
-        if got is None:
-            continue
+    for r, got in _profiled(runs, cost_ceilings, profile):
         rows.append([r.label, f"{metrics.compression_rate(r.records):.2f}", f"{got['measured']:.3f}×",
                      f"{got['predicted']:.3f}×", f"{got['free_drafting']:.3f}×", f"{got['flat_verification']:.3f}×"])
         data[r.label] = got
