@@ -137,18 +137,26 @@ def test_readme_layout_matches_the_tree():
 
 # a folder's report, or a stage's in its own subfolder (results/<run>/<stage>/report), rebuilt from its folder
 # (and from the folder's stages that have no report of their own)
-COMMITTED = sorted(p.parent for p in [*ROOT.glob("results/*/report/table1.md"), *ROOT.glob("results/*/*/report/table1.md")])
+# (report-*: the same runs' report against another profile, named by its run.sh's report command)
+COMMITTED = sorted(p.parent for p in [*ROOT.glob("results/*/report*/table1.md"), *ROOT.glob("results/*/*/report/table1.md")])
+
+
+def profile_named(report_dir: Path) -> Path:
+    """The profile a report was built with: the ``--profile`` of the run.sh (the run's, or a stage's run's)
+    report command that writes this folder, else its first."""
+    run_sh = next(d / "run.sh" for d in (report_dir.parent, report_dir.parent.parent) if (d / "run.sh").exists())
+    commands = [c for c in run_sh.read_text().replace("\\\n", " ").splitlines() if "--profile " in c]
+    mine = [c for c in commands if re.search(rf"--out \S*/{re.escape(report_dir.name)}\"?(\s|$)", c)]
+    named = re.search(r"--profile (\S+)", (mine or commands)[0]).group(1).strip('"')
+    return ROOT / named.replace("$OUT", run_sh.parent.relative_to(ROOT).as_posix())  # run.sh's own folder
 
 
 @pytest.mark.parametrize("report_dir", COMMITTED,
                          ids=[p.parent.relative_to(ROOT / "results").as_posix() for p in COMMITTED])
 def test_committed_results_rebuild_the_same_tables(report_dir, tmp_path):
     from specharness.report import build_report
-    profile = None  # a report built with --profile used the profile its run.sh (the run's, or a stage's run's) names
-    if (report_dir / "cost_model_profile.md").exists():
-        run_sh = next(d / "run.sh" for d in (report_dir.parent, report_dir.parent.parent) if (d / "run.sh").exists())
-        named = re.search(r"--profile (\S+)", run_sh.read_text()).group(1).strip('"')
-        profile = ROOT / named.replace("$OUT", run_sh.parent.relative_to(ROOT).as_posix())  # run.sh's own folder
+    # a report built with --profile used the profile its run.sh names
+    profile = profile_named(report_dir) if (report_dir / "cost_model_profile.md").exists() else None
     # a stage without a report of its own (its own vanilla, its own command) is read with its parent folder
     stages = sorted(d for d in report_dir.parent.iterdir()
                     if d.is_dir() and any(d.glob("*.meta.json")) and not (d / "report").exists())
