@@ -55,6 +55,8 @@ class DrafterSpec:
     # first n, or a tree listed parents first, best first): it then takes the option ``budget``, and
     # ``budget=auto`` sizes each round from measured costs (``specharness.budget``)
     sizable: bool = False
+    # the default of that option: "max" (its own size every round) or "auto" (where auto measured faster)
+    budget: str = "max"
 
 
 @dataclass(frozen=True)

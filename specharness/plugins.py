@@ -123,10 +123,14 @@ def _with_budget(spec: DrafterSpec) -> DrafterSpec:
         raise UsageError(f"method '{spec.name}' declares an option '{OPTION.name}', which the engine adds to every "
                          "sizable drafter; rename it")
 
+    if spec.budget not in OPTION.choices:
+        raise UsageError(f"method '{spec.name}' declares budget='{spec.budget}'; the choices are "
+                         f"{', '.join(OPTION.choices)}")
+
     def own(fn):
         return fn and (lambda target, options: fn(target, {k: v for k, v in options.items() if k != OPTION.name}))
-    return replace(spec, options=[*spec.options, OPTION], build=own(spec.build), params=own(spec.params),
-                   info=own(spec.info))
+    return replace(spec, options=[*spec.options, replace(OPTION, default=spec.budget)], build=own(spec.build),
+                   params=own(spec.params), info=own(spec.info))
 
 
 def build_registry(plugins: list[str] | tuple = ()) -> Registry:

@@ -191,11 +191,16 @@ def test_the_run_measures_the_costs_after_warm_up_and_says_what_it_measured(tiny
     assert set(got["pld"]["rest_ms"]) == {str(n) for n in got["pld"]["sizes"]}
 
 
-def test_budget_is_offered_to_sizable_drafters_only_and_never_twice():
+def test_budget_is_offered_to_sizable_drafters_only_and_never_twice_at_each_ones_default():
     registry = build_registry()
     assert "budget" not in {o.name for o in registry.method("lookahead").options}
+    default = lambda name: next(o.default for o in registry.method(name).options if o.name == "budget")  # noqa: E731
+    # eagle's tree measured faster sized (results/smollm2-cpu-epyc-eagle-budget); the others keep their own size
+    assert [default(n) for n in ("eagle", "pld", "kangaroo")] == ["auto", "max", "max"]
     from specharness import plugins
     from specharness.hookspecs import DrafterSpec
     clash = DrafterSpec("x", lambda t, o: None, [budget.OPTION], sizable=True)
     with pytest.raises(UsageError, match="declares an option 'budget'"):
         plugins._with_budget(clash)
+    with pytest.raises(UsageError, match="declares budget='sometimes'; the choices are max, auto"):
+        plugins._with_budget(DrafterSpec("y", lambda t, o: None, sizable=True, budget="sometimes"))
