@@ -166,7 +166,8 @@ def test_a_bfloat16_target_on_the_kernel_builds_every_graph_and_decodes_as_it_do
 
 
 @needs_kernel
-@pytest.mark.parametrize("attention", ["on", "off"])  # off: the child never loads the library for attention
+# on: the default, where the bug was; off: the child never loads the library for attention (-m slow: 60 s more)
+@pytest.mark.parametrize("attention", ["on", pytest.param("off", marks=pytest.mark.slow)])
 def test_a_graph_on_the_kernel_builds_in_a_child_process_as_warm_up_builds_it(monkeypatch, tmp_path, attention):
     """Warm-up builds a missing graph's package in a child process (``in_background`` ->
     ``GraphStore.start(background=True)`` -> ``graph_build``); one whose graph calls our op must
