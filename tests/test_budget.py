@@ -195,8 +195,8 @@ def test_budget_is_offered_to_sizable_drafters_only_and_never_twice_at_each_ones
     registry = build_registry()
     assert "budget" not in {o.name for o in registry.method("lookahead").options}
     default = lambda name: next(o.default for o in registry.method(name).options if o.name == "budget")  # noqa: E731
-    # eagle's tree measured faster sized (results/smollm2-cpu-epyc-eagle-budget); the others keep their own size
-    assert [default(n) for n in ("eagle", "pld", "kangaroo")] == ["auto", "max", "max"]
+    # the trees measured faster sized (results/smollm2-cpu-epyc-eagle-budget, -tree-budget); the others keep their size
+    assert [default(n) for n in ("eagle", "eagle3", "medusa", "pld", "kangaroo")] == ["auto"] * 3 + ["max"] * 2
     from specharness import plugins
     from specharness.hookspecs import DrafterSpec
     clash = DrafterSpec("x", lambda t, o: None, [budget.OPTION], sizable=True)
