@@ -35,14 +35,16 @@ def prompts(smol, first_questions):
 
 
 def test_greedy_equals_vanilla_on_every_subtask_with_untrained_heads(smol, vanilla_greedy, prompts):
-    reg = build_registry()
+    # at the heads' own size: sizing (budget=auto, the default) keeps vanilla's tokens in test_budget, and
+    # calibrating it here would time every size for every variant
+    reg, rand = build_registry(), ["budget=max", "heads_path=random"]
     variants = [  # one per subtask: heads through the registered method, and in-memory ones
-        ("random heads=4 (default)", lambda: build_method(reg, "medusa", ["heads_path=random"], smol, 0.0)),
-        ("random heads=1", lambda: build_method(reg, "medusa", ["heads_path=random", "heads=1"], smol, 0.0)),
+        ("random heads=4 (default)", lambda: build_method(reg, "medusa", rand, smol, 0.0)),
+        ("random heads=1", lambda: build_method(reg, "medusa", [*rand, "heads=1"], smol, 0.0)),
         ("official init heads=2", lambda: MedusaDrafter(smol, official_init(smol, 2))),
-        ("random heads=3", lambda: build_method(reg, "medusa", ["heads_path=random", "heads=3"], smol, 0.0)),
+        ("random heads=3", lambda: build_method(reg, "medusa", [*rand, "heads=3"], smol, 0.0)),
         ("random 2-block heads=5", lambda: MedusaDrafter(smol, random_heads(smol, 5, n_layers=2))),
-        ("random heads=2", lambda: build_method(reg, "medusa", ["heads_path=random", "heads=2"], smol, 0.0)),
+        ("random heads=2", lambda: build_method(reg, "medusa", [*rand, "heads=2"], smol, 0.0)),
     ]
     assert len(prompts) == len(variants)
     s = Settings(max_new_tokens=NEW_TOKENS)
@@ -234,7 +236,7 @@ def test_sampling_is_lossless(tiny, tmp_path, kind):
 @pytest.mark.parametrize("tree", ["sized", "mc_sim_7b_63"])
 def test_tree_greedy_equals_vanilla(smol, vanilla_greedy, prompts, tree):
     reg = build_registry()
-    m = build_method(reg, "medusa", ["heads_path=random", f"tree={tree}"], smol, 0.0)
+    m = build_method(reg, "medusa", ["budget=max", "heads_path=random", f"tree={tree}"], smol, 0.0)
     s = Settings(max_new_tokens=NEW_TOKENS)
     widths = set()
     for subtask, ids in prompts[:3]:
