@@ -122,7 +122,6 @@ def _with_budget(spec: DrafterSpec) -> DrafterSpec:
     if any(o.name == OPTION.name for o in spec.options):
         raise UsageError(f"method '{spec.name}' declares an option '{OPTION.name}', which the engine adds to every "
                          "sizable drafter; rename it")
-
     if spec.budget not in OPTION.choices:
         raise UsageError(f"method '{spec.name}' declares budget='{spec.budget}'; the choices are "
                          f"{', '.join(OPTION.choices)}")

@@ -83,7 +83,7 @@ def test_ceilings_take_away_the_drafting_then_the_width_curve_and_leave_the_acce
     pred_v = 5.0 + (8.2 + 1.0) + (8.22 + 1.0)
     assert got["predicted"] == pytest.approx(predict(method, meta, vanilla, p)["predicted_speedup"])
     assert got["free_drafting"] == pytest.approx(pred_v / (5.0 + 12.2 + 1.0))  # no 4 ms of drafting
-    assert got["flat_verification"] == pytest.approx(pred_v / (5.0 + 8.2 + 1.0))  # width 3 at width 1's cost (or its own, where less)
+    assert got["flat_verification"] == pytest.approx(pred_v / (5.0 + 8.2 + 1.0))  # width 3 at width 1's cost
     assert got["measured"] == pytest.approx(2.0)
     assert got["predicted"] < got["free_drafting"] < got["flat_verification"]
     assert ceilings(method, {**meta, "method": "hf-peer"}, vanilla, p) is None  # not the engine's: no ceiling

@@ -152,7 +152,7 @@ def profile_named(report_dir: Path) -> Path:
 
 
 @pytest.mark.parametrize("report_dir", COMMITTED,
-                         ids=[p.parent.relative_to(ROOT / "results").as_posix() for p in COMMITTED])
+                         ids=[p.relative_to(ROOT / "results").as_posix().removesuffix("/report") for p in COMMITTED])
 def test_committed_results_rebuild_the_same_tables(report_dir, tmp_path):
     from specharness.report import build_report
     # a report built with --profile used the profile its run.sh names
