@@ -3,7 +3,11 @@
 No hub, no borrowed corpus, and never Spec-Bench's questions (they are the test set). The target
 model samples a user turn from its chat template's user prefix (the text a template puts before a
 user message; the model continues it until it closes the turn), then answers that turn itself.
-Drafters trained on this data learn to predict *this* target on text it actually writes.
+Drafters trained on this data learn to predict *this* target on text it actually writes. With
+``context`` > 0 that share of the conversations gets a user turn that carries a passage: one of the
+target's own answers under a generic instruction (``CONTEXT_INSTRUCTIONS``), so its answer reads a
+long prompt as summaries and retrieval do. Measured for Kangaroo, it did not raise agreement on
+Spec-Bench (``results/smollm2-kangaroo-specbench-agreement``); more conversations did.
 
 What is stored (one directory):
 
@@ -34,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -59,6 +63,7 @@ class GenerationSettings:
     seed: int = 0
     capture_layers: tuple[int, ...] = ()  # keep hidden states entering these layers (features)
     topk: int = 0  # keep the target's top-k next-token probabilities at trained positions
+    context: float = 0.0  # share of conversations whose user turn carries a passage (``context_turns``)
 
     def validate(self, n_layers: int) -> None:
         checks = [
@@ -71,6 +76,7 @@ class GenerationSettings:
             (all(0 <= l < n_layers for l in self.capture_layers),
              f"capture_layers must lie in [0, {n_layers - 1}]"),
             (self.topk >= 0, "topk must be >= 0"),
+            (0.0 <= self.context <= 0.9, "context must lie in [0, 0.9] (a share of the conversations)"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -82,7 +88,13 @@ class GenerationSettings:
         d.pop("capture_layers")
         d.pop("topk")
         d.pop("batch_size")  # batching changes rounding only, never the recipe
+        if not self.context:
+            d.pop("context")  # data written before the option existed keeps its name
         return d
+
+    @property
+    def n_context(self) -> int:
+        return int(round(self.conversations * self.context))
 
 
 # The recipe every trainer offers with the same names, defaults and ranges: trainers given the same
@@ -98,6 +110,9 @@ RECIPE_OPTIONS = [
     OptionSpec("train_conversations", "int", 0, "train on this many of the non-held-out conversations (0 = all; "
                "smaller sets are nested in larger ones and the held-out set stays the same: a data-scaling "
                "curve)", min=0),
+    OptionSpec("context", "float", 0.0, "share of conversations whose user turn carries a passage the target "
+               "wrote (another conversation's answer) under a generic instruction: answers that read a long "
+               "prompt, as summaries and retrieval do (shared recipe)", min=0.0, max=0.9),
     OptionSpec("gen_batch", "int", 32, "conversations generated per batch (changes speed, not the data)", min=1),
     OptionSpec("data", "str", "", "self-distillation data directory (default: the shared one in the cache, "
                "named after the model and the recipe; reused when it matches)"),
@@ -108,7 +123,7 @@ def recipe(options: dict, capture_layers: tuple[int, ...] = (), topk: int = 0) -
     """The generation settings that ``RECIPE_OPTIONS`` values (and a trainer's features) ask for."""
     return GenerationSettings(conversations=options["conversations"], max_answer_tokens=options["max_answer_tokens"],
                               batch_size=options["gen_batch"], seed=options["seed"],
-                              capture_layers=tuple(capture_layers), topk=topk)
+                              capture_layers=tuple(capture_layers), topk=topk, context=options.get("context", 0.0))
 
 
 def default_dir(target, settings: "GenerationSettings") -> Path:
@@ -290,6 +305,49 @@ def _sample_user_turns(target, s: GenerationSettings, gen: torch.Generator, prog
     return turns, {"attempts": attempts, "computed_tokens": dec.computed_tokens, "flops": dec.flops}
 
 
+# Generic instructions for a passage (written for this recipe; no benchmark's text). ``{q}`` takes
+# another sampled user turn, so a question meets a passage it must be answered from, as in retrieval.
+CONTEXT_INSTRUCTIONS = (
+    "Summarize the following text.",
+    "Summarize the text below in two or three sentences.",
+    "What is the main point of this text?",
+    "List the key facts in the following text.",
+    "Rewrite the following text in simpler words.",
+    "Explain the following text to a beginner.",
+    "Give the following text a title and a one-paragraph summary.",
+    "Continue the following text.",
+    "Using only the text below, answer the question: {q}",
+    "Read the passage and answer: {q}",
+)
+MIN_PASSAGE_TOKENS = 32
+
+
+def context_turns(tok, user_turns: list[str], answers: list[list[int]], n: int, seed: int,
+                  min_tokens: int = MIN_PASSAGE_TOKENS) -> list[str]:
+    """``n`` user turns that each carry a passage: an answer the target wrote (at least
+    ``min_tokens`` long) under one of ``CONTEXT_INSTRUCTIONS``, before or after it; a question
+    instruction takes another of ``user_turns``. Deterministic in ``seed``."""
+    g = torch.Generator().manual_seed(seed + 1)
+    pool = [i for i, a in enumerate(answers) if len(a) >= min_tokens]
+    if n and not pool:
+        raise UsageError(f"self-distillation data: no answer of {min_tokens}+ tokens to use as a passage; "
+                         "raise conversations, or set context=0")
+    order = [pool[int(i)] for i in torch.randperm(len(pool), generator=g)]
+    turns = []
+    for k in range(n):
+        j = order[k % len(order)]
+        passage = tok.decode(answers[j], skip_special_tokens=True).strip()
+        instruction = CONTEXT_INSTRUCTIONS[int(torch.randint(len(CONTEXT_INSTRUCTIONS), (1,), generator=g))]
+        if "{q}" in instruction:
+            other = int(torch.randint(len(user_turns), (1,), generator=g))
+            turns.append(f"{instruction.format(q=user_turns[other])}\n\n{passage}")
+        elif int(torch.randint(2, (1,), generator=g)):
+            turns.append(f"{passage}\n\n{instruction}")
+        else:
+            turns.append(f"{instruction}\n\n{passage}")
+    return turns
+
+
 def generate(target, settings: GenerationSettings, out_dir: str | Path, progress: bool = True):
     """Write a self-distillation dataset to ``out_dir`` and return it (a ``datasets.Dataset``)."""
     import datasets
@@ -305,41 +363,54 @@ def generate(target, settings: GenerationSettings, out_dir: str | Path, progress
     parts = out / "partial"  # per-batch checkpoints: an interrupted generation resumes
     parts.mkdir(exist_ok=True)
     done_before = json.loads((parts / "time.json").read_text()) if (parts / "time.json").is_file() else {}
-    turns, user_stats = _sample_user_turns(target, s, gen, progress, parts / "user_turns.json")
+    n_ctx = s.n_context
+    general = replace(s, conversations=s.conversations - n_ctx, context=0.0)
+    turns, user_stats = _sample_user_turns(target, general, gen, progress, parts / "user_turns.json")
     t_users = time.perf_counter() - started + done_before.get("user_turns", 0.0)
     (parts / "time.json").write_text(json.dumps({**done_before, "user_turns": t_users}))
 
     stop = _end_of_turn(target)
-    prompts = [target.chat_ids([{"role": "user", "content": u}]) for u in turns]
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # similar lengths share a batch
     dec = _BatchDecoder(target, s.capture_layers, s.topk)
-    results: list[dict | None] = [None] * len(prompts)
-    bar = tqdm(total=len(prompts), desc="answers", unit="conv", disable=not progress)
     t_ans0 = time.perf_counter()
     answers_before = done_before.get("answers", 0.0)
-    for b0 in range(0, len(order), s.batch_size):
-        idx = order[b0:b0 + s.batch_size]
-        shard = parts / f"answers-b{s.batch_size}-{b0:06d}.pt"
-        saved = torch.load(str(shard), weights_only=True) if shard.is_file() else None
-        if saved is not None and saved["prompts"] != [prompts[i] for i in idx]:
-            saved = None  # written for other user turns: redo
-        if saved is not None:
-            rows, gen_state = saved["rows"], saved["rng"]
-            gen.set_state(gen_state)
-            dec.computed_tokens += saved["computed_tokens"]
-            dec.flops += saved["flops"]
-        else:
-            c0, f0 = dec.computed_tokens, dec.flops
-            rows = dec.run([prompts[i] for i in idx], s.max_answer_tokens, s.answer_temperature, stop, gen,
-                           pad_id=min(stop))
-            torch.save({"rows": rows, "rng": gen.get_state(), "prompts": [prompts[i] for i in idx], "computed_tokens": dec.computed_tokens - c0,
-                        "flops": dec.flops - f0}, str(shard))
-            answers_before_now = answers_before + time.perf_counter() - t_ans0
-            (parts / "time.json").write_text(json.dumps({"user_turns": t_users, "answers": answers_before_now}))
-        for i, r in zip(idx, rows):
-            results[i] = r
-        bar.update(len(idx))
-    bar.close()
+
+    def answer(user_turns: list[str], desc: str, shard_tag: str) -> list[dict]:
+        """The target's answers to ``user_turns``, in their order; every batch is saved to ``parts``."""
+        prompts = [target.chat_ids([{"role": "user", "content": u}]) for u in user_turns]
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # similar lengths share a batch
+        results: list[dict | None] = [None] * len(prompts)
+        bar = tqdm(total=len(prompts), desc=desc, unit="conv", disable=not progress)
+        for b0 in range(0, len(order), s.batch_size):
+            idx = order[b0:b0 + s.batch_size]
+            shard = parts / f"answers{shard_tag}-b{s.batch_size}-{b0:06d}.pt"
+            saved = torch.load(str(shard), weights_only=True) if shard.is_file() else None
+            if saved is not None and saved["prompts"] != [prompts[i] for i in idx]:
+                saved = None  # written for other user turns: redo
+            if saved is not None:
+                rows, gen_state = saved["rows"], saved["rng"]
+                gen.set_state(gen_state)
+                dec.computed_tokens += saved["computed_tokens"]
+                dec.flops += saved["flops"]
+            else:
+                c0, f0 = dec.computed_tokens, dec.flops
+                rows = dec.run([prompts[i] for i in idx], s.max_answer_tokens, s.answer_temperature, stop, gen,
+                               pad_id=min(stop))
+                torch.save({"rows": rows, "rng": gen.get_state(), "prompts": [prompts[i] for i in idx],
+                            "computed_tokens": dec.computed_tokens - c0, "flops": dec.flops - f0}, str(shard))
+                (parts / "time.json").write_text(json.dumps(
+                    {"user_turns": t_users, "answers": answers_before + time.perf_counter() - t_ans0}))
+            for i, r in zip(idx, rows):
+                results[i] = r
+            bar.update(len(idx))
+        bar.close()
+        return results
+
+    results = answer(turns, "answers", "")
+    if n_ctx:  # passages are the answers just written: the target reads its own text
+        more = context_turns(target.tokenizer, turns, [r["new"][:-1] if r["stop"] == "eos" else r["new"]
+                                                        for r in results], n_ctx, s.seed,
+                             min(MIN_PASSAGE_TOKENS, s.max_answer_tokens // 2))
+        turns, results = turns + more, results + answer(more, "answers with a passage", "-context")
     t_answers = answers_before + time.perf_counter() - t_ans0
 
     cols = {"input_ids": [], "prompt_len": [], "loss_mask": [], "user": [], "stop": []}
@@ -404,7 +475,9 @@ def generate(target, settings: GenerationSettings, out_dir: str | Path, progress
         "flops": {"user_turns": user_stats["flops"], "answers": dec.flops,
                   "total": user_stats["flops"] + dec.flops},
         "computed_tokens": {"user_turns": user_stats["computed_tokens"], "answers": dec.computed_tokens},
-        "source": "Magpie-style self-generation from the chat template's user prefix; no external data",
+        "context_conversations": n_ctx,
+        "source": "Magpie-style self-generation from the chat template's user prefix; no external data"
+                  + ("; user turns with a passage: the target's own answers under CONTEXT_INSTRUCTIONS" if n_ctx else ""),
     }
     (out / "generation.json").write_text(json.dumps(meta, indent=1))
     import shutil

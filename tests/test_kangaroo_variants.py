@@ -109,6 +109,14 @@ def test_trainer_variants_train_save_and_load(tiny, tmp_path):
     assert d.adapter.ffn and d.adapter.own_head_rows == 8
     assert generate(tiny, d, greedy, PROMPT, 30).token_ids == generate(tiny, NoDraft(), greedy, PROMPT, 30).token_ids
 
+    # fine-tuning starts from that adapter's weights: its untrained score is the first run's final one
+    again = kt.run(tiny, {**opts, "init": str(tmp_path / "ad"), "epochs": 1}, tmp_path / "ad2", False)
+    assert again["untrained_held_out_top1_agreement"] == report["held_out_top1_agreement"]
+    for init, match in ((str(tmp_path / "ad"), "ffn=True"), ("shipped", "no adapter ships")):
+        with pytest.raises(UsageError, match=match) as e:
+            kt.run(tiny, {**opts, "init": init, "ffn": False}, tmp_path / "ad3", False)
+        assert "\n" not in str(e.value)
+
 
 # ---- the oracle stop ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("gamma", [1, 3, 6])

@@ -88,7 +88,7 @@ def test_reuse_split_and_frequencies(data):
 
 
 @pytest.mark.parametrize("bad", [dict(conversations=0), dict(user_temperature=0.0), dict(max_answer_tokens=0),
-                                 dict(capture_layers=(99,)), dict(min_user_tokens=0)])
+                                 dict(capture_layers=(99,)), dict(min_user_tokens=0), dict(context=0.95)])
 def test_bad_settings(smol, tmp_path, bad):
     with pytest.raises(UsageError) as e:
         sd.generate(smol, sd.GenerationSettings(**bad), tmp_path, progress=False)
@@ -98,3 +98,42 @@ def test_bad_settings(smol, tmp_path, bad):
 def test_load_of_an_empty_directory(tmp_path):
     with pytest.raises(UsageError, match="no self-distillation dataset"):
         sd.load(tmp_path)
+
+
+def test_context_share_names_its_data_only_when_used():
+    plain = sd.GenerationSettings()
+    assert "context" not in plain.text_key()  # data written before the option keeps its directory
+    mixed = sd.GenerationSettings(conversations=10, context=0.25)
+    assert mixed.text_key()["context"] == 0.25 and mixed.n_context == 2 and plain.n_context == 0
+
+
+def test_context_turns_carry_an_answer_under_an_instruction(smol):
+    tok = smol.tokenizer
+    texts = ["The river floods every spring and the town moves uphill.", "Cats sleep.",
+             "A kettle boils faster with a lid on, because less heat escapes as steam."]
+    answers = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    users = ["Why do rivers flood?", "How do kettles work?"]
+    long_enough = [t for t, a in zip(texts, answers) if len(a) >= 8]
+    turns = sd.context_turns(tok, users, answers, 12, seed=3, min_tokens=8)
+    assert len(turns) == 12 and turns == sd.context_turns(tok, users, answers, 12, seed=3, min_tokens=8)
+    assert turns != sd.context_turns(tok, users, answers, 12, seed=4, min_tokens=8)
+    for turn in turns:
+        assert sum(t in turn for t in long_enough) == 1 and "Cats sleep." not in turn  # too short to be a passage
+        instruction = next(i for i in sd.CONTEXT_INSTRUCTIONS
+                           if i.split("{q}")[0] in turn)
+        if "{q}" in instruction:
+            assert any(instruction.format(q=u) in turn for u in users)
+    with pytest.raises(UsageError, match="no answer of 99\\+ tokens"):
+        sd.context_turns(tok, users, answers, 1, seed=0, min_tokens=99)
+
+
+def test_a_context_recipe_answers_its_own_text(smol, tmp_path):
+    s = sd.GenerationSettings(conversations=2, max_user_tokens=32, min_user_tokens=2, max_answer_tokens=6,
+                              batch_size=4, context=0.5)
+    ds = sd.generate(smol, s, tmp_path, progress=False)
+    meta = json.loads((tmp_path / "generation.json").read_text())
+    assert len(ds) == 2 and meta["context_conversations"] == 1 and meta["settings"]["context"] == 0.5
+    first, second = ds[0], ds[1]
+    passage = smol.tokenizer.decode(first["input_ids"][first["prompt_len"]:], skip_special_tokens=True).strip()
+    assert passage and passage in second["user"]  # the passage is the first conversation's answer
+    assert second["input_ids"][:second["prompt_len"]] == smol.chat_ids([{"role": "user", "content": second["user"]}])

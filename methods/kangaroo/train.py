@@ -39,7 +39,7 @@ from specharness.paths import cache_root, model_slug
 from specharness.model import TargetModel
 
 from .adapter import Adapter
-from .checkpoint import adapter_config, load_adapter, save_adapter
+from .checkpoint import adapter_config, load_adapter, save_adapter, shipped_adapter_dir
 
 OPTIONS = [
     OptionSpec("exit_layer", "int", 2, "early-exit layer l the adapter reads (1..L-1)", min=1),
@@ -50,7 +50,8 @@ OPTIONS = [
     OptionSpec("seqs_per_step", "int", 8, "conversations per optimizer step", min=1),
     OptionSpec("topk", "int", 32, "soft labels keep the target's top-k probabilities", min=1, max=1024),
     OptionSpec("init", "str", "layer", "adapter start: 'layer' = the target's layer-l attention, input norm "
-               "and final norm; 'random' = a random block with unit norms", choices=("layer", "random")),
+               "and final norm; 'random' = a random block with unit norms; 'shipped' or a checkpoint directory = "
+               "that adapter's weights (fine-tuning; same exit layer and architecture)"),
     OptionSpec("ffn", "bool", False, "ablation (paper Table 2): add a SwiGLU feed-forward block to the adapter, "
                "initialised from the target's layer l"),
     OptionSpec("head", "str", "shared", "ablation (paper Table 2): 'shared' = the target's LM head (the method); "
@@ -127,6 +128,27 @@ def _evaluate(target, adapter, batches, indices, rows, subset) -> dict:
             "top1_own_prefix": after_hit / max(after, 1)}
 
 
+def _initial_adapter(target: TargetModel, l: int, options: dict, own) -> Adapter:
+    """The adapter training starts from (``init``), in float32 for training."""
+    init = options["init"]
+    if init == "layer":
+        adapter = Adapter.from_target_layer(target, l, ffn=options["ffn"], head_rows=own)
+    elif init == "random":
+        adapter = Adapter.for_target(target, seed=options["seed"], ffn=options["ffn"], head_rows=own)
+    else:  # fine-tune a checkpoint
+        path = shipped_adapter_dir(target, l) if init == "shipped" else Path(init).expanduser()
+        if init == "shipped" and not path.is_dir():
+            raise UsageError(f"option kangaroo.init=shipped: no adapter ships for '{target.name}' at exit_layer {l}; "
+                             "use init=layer")
+        adapter = load_adapter(path, target, l)[0]
+        rows = Adapter._n_rows(target, own)
+        if adapter.ffn != options["ffn"] or adapter.own_head_rows != rows:
+            raise UsageError(f"option kangaroo.init={init}: that adapter (ffn={adapter.ffn}, own head rows "
+                             f"{adapter.own_head_rows}) differs from the options (ffn={options['ffn']}, own head rows "
+                             f"{rows}); match -o ffn, -o head and -o draft_vocab to it")
+    return adapter.float() if target.dtype != torch.float32 else adapter
+
+
 def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) -> dict:
     l = options["exit_layer"]
     if not 1 <= l < target.n_layers:
@@ -159,9 +181,7 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
     own = None
     if options["head"] == "own":  # its rows: the draft vocabulary (empty = every token)
         own = rows.cpu() if rows is not None else torch.empty(0, dtype=torch.long)
-    adapter = (Adapter.from_target_layer(target, l, ffn=options["ffn"], head_rows=own) if options["init"] == "layer"
-               else Adapter.for_target(target, seed=options["seed"], ffn=options["ffn"], head_rows=own))
-    adapter = adapter.float() if target.dtype != torch.float32 else adapter
+    adapter = _initial_adapter(target, l, options, own)
     opt, sched, total_steps = training.adamw_cosine(adapter.parameters(), options, len(train_idx))
     batches = _Batches(feats, rows, target.vocab_size, target.device)
     baseline = _evaluate(target, adapter, batches, held_idx, rows, subset)  # untrained: ~raw early exit
