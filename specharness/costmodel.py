@@ -69,6 +69,7 @@ class RoundCosts:
     draft_fixed_ms: float = 0.0  # per round that drafts
     draft_per_token_ms: float = 0.0
     per_round_ms: float = 0.0  # the engine's bookkeeping, or generate's overhead around each forward
+    profiled_on: dict | None = None  # options the profile measured the drafter on where they differ from the file's
 
 
 @dataclass
@@ -83,49 +84,63 @@ class Profile:
         return next((c for c in self.data["configs"] if c["dtype"] == dtype and c["compile"] == (compile_mode or "none")),
                     None)
 
-    def _measured(self, kind: str, method: str, options: dict | None) -> dict | None:
+    def _measured(self, kind: str, method: str, options: dict | None) -> tuple[dict | None, dict | None]:
         """The profile's entry for ``method``: the variant measured on exactly ``options`` (a tree
-        drafts at another cost than a chain), else the one measured on the method's defaults.
-        Options that only locate weights (the entry's ``weights_options``: trained or random heads
-        of one shape) are left out of the match."""
+        drafts at another cost than a chain), else the closest one (fewest options apart; the
+        method's defaults on a tie) with the options where it differs, so a report can say so (None:
+        no difference). Options that only locate weights (the entry's ``weights_options``: trained
+        or random heads of one shape) are left out of the match."""
         entries = self.data.get(kind) or {}
+        if options is None:  # a file that records no options: the method's defaults
+            return entries.get(method), None
 
-        def same(label: str, e: dict) -> bool:
-            free = set(e.get("weights_options") or ())
-            strip = lambda o: {k: v for k, v in (o or {}).items() if k not in free}  # noqa: E731
-            return e.get("method", label) == method and strip(e.get("options")) == strip(options)
+        def differ(e: dict) -> dict:
+            free, theirs = set(e.get("weights_options") or ()), e.get("options") or {}
+            return {k: theirs.get(k) for k in sorted(set(theirs) | set(options))
+                    if k not in free and theirs.get(k) != options.get(k)}
 
-        matches = [e for label, e in entries.items() if same(label, e)]
-        return matches[0] if matches and options is not None else entries.get(method)
+        near = sorted((len(differ(e)), label != method, label) for label, e in entries.items()
+                      if e.get("method", label) == method)
+        if not near:
+            return None, None
+        e = entries[near[0][2]]
+        return e, differ(e) or None
 
     def engine_costs(self, dtype: str, compile_mode: str, method: str, options: dict | None = None) -> RoundCosts | None:
         """The engine's costs for a drafter the profile measured, in a configuration it measured."""
-        cfg, drafter = self.config(dtype, compile_mode), self._measured("drafters", method, options)
+        cfg, (drafter, own) = self.config(dtype, compile_mode), self._measured("drafters", method, options)
         if cfg is None or drafter is None:
             return None
         buckets = tuple(self.data.get("width_buckets") or DEFAULT_BUCKETS)
         return RoundCosts(lambda n: _interpolate(cfg["prefill_ms"], n),
                           _forward(cfg["by_width"], cfg["compile"] != "none", buckets),
-                          drafter["draft_fixed_ms"], drafter["draft_per_token_ms"], drafter["bookkeeping_ms"])
+                          drafter["draft_fixed_ms"], drafter["draft_per_token_ms"], drafter["bookkeeping_ms"], own)
 
     def transformers_costs(self, dtype: str, method: str, options: dict | None = None) -> RoundCosts | None:
         """transformers' costs (eager, in ``dtype``) for ``generate`` or a peer the profile measured."""
         hf = (self.data.get("hf_generate") or {}).get(dtype) or {}
-        decoder = self._measured("decoders", method, options)
+        decoder, own = self._measured("decoders", method, options)
         if "by_width" not in hf or decoder is None:
             return None
         forward = _forward(hf["by_width"], False, DEFAULT_BUCKETS)
         overhead = max(hf["step_ms"] - forward(1, int(hf.get("step_context", 256))), 0.0)
         return RoundCosts(lambda n: _interpolate(hf["prefill_ms"], n), forward,
-                          0.0, decoder["draft_per_token_ms"], overhead + decoder.get("per_round_ms", 0.0))
+                          0.0, decoder["draft_per_token_ms"], overhead + decoder.get("per_round_ms", 0.0), own)
 
     def costs(self, meta: dict) -> tuple[RoundCosts | None, str]:
         """A result file's method's costs (engine drafter first, else transformers) and what ran it."""
         dtype, mode, method, options = meta.get("dtype"), meta.get("compile"), meta.get("method"), meta.get("options")
-        got = self.engine_costs(dtype, mode, method, options)
-        if got is not None:
-            return got, f"{dtype}/{mode or 'none'}"
-        return self.transformers_costs(dtype, method, options), f"transformers {dtype}/eager"
+        got, ran = self.engine_costs(dtype, mode, method, options), f"{dtype}/{mode or 'none'}"
+        if got is None:
+            got, ran = self.transformers_costs(dtype, method, options), f"transformers {dtype}/eager"
+        return got, ran + profiled_note(got)
+
+
+def profiled_note(costs: RoundCosts | None) -> str:
+    """`` (drafter profiled at k=v, ...)`` when the profile measured the drafter on other options."""
+    if costs is None or not costs.profiled_on:
+        return ""
+    return " (drafter profiled at " + ", ".join(f"{k}={v}" for k, v in costs.profiled_on.items()) + ")"
 
 
 def turn_rounds(rounds) -> TurnRounds:
@@ -213,4 +228,5 @@ def ceilings(records: list[QuestionRecord], meta: dict, vanilla: list[QuestionRe
               for name, what in (("predicted", costs), ("free_drafting", free), ("flat_verification", flat))}
     if None in totals.values():
         return None
-    return {**{name: _ratio(t, "pred") for name, t in totals.items()}, "measured": _ratio(totals["predicted"], "meas")}
+    return {**{name: _ratio(t, "pred") for name, t in totals.items()}, "measured": _ratio(totals["predicted"], "meas"),
+            "drafter_profiled_at": profiled_note(costs)}

@@ -131,12 +131,32 @@ def test_a_file_is_explained_by_the_variant_profiled_on_its_own_options():
 def test_options_that_only_locate_weights_are_left_out_of_the_match():
     """A profile may time a drafter on random weights of the trained ones' shape (Medusa's
     heads_path=random): the entry names that option in ``weights_options`` and explains a file run on
-    trained heads. An entry that names none still needs the file's exact options."""
+    trained heads. An entry that names none is still the closest variant, and the report says where it differs."""
     sized = {"method": "chain", "options": {"tree": "sized", "heads_path": "random"}, "draft_fixed_ms": 9.0,
              "draft_per_token_ms": 0.5, "bookkeeping_ms": 3.0}
     meta = {"dtype": "bfloat16", "compile": "none", "method": "chain", "options": {"tree": "sized", "heads_path": ""}}
-    for free, want in ((["heads_path"], 9.0), ([], 2.0)):
+    for free, note in ((["heads_path"], ""), ([], " (drafter profiled at heads_path=random)")):
         p = Profile({**PROFILE, "drafters": {**PROFILE["drafters"], "chain:tree=sized": {**sized, "weights_options": free}}})
-        assert p.costs(meta)[0].draft_fixed_ms == want, free
+        costs, ran = p.costs(meta)
+        assert costs.draft_fixed_ms == 9.0 and ran == "bfloat16/none" + note, free
     from specharness.methods.medusa.drafter import OPTIONS
     assert [o.name for o in OPTIONS if o.locates_weights] == ["heads_path"]
+
+
+def test_a_drafter_profiled_on_other_options_gets_the_closest_variant_and_says_so():
+    variants = {"tree": {"method": "tree", "options": {"mode": "tree", "vocab": 0, "heads": "a"},
+                         "weights_options": ["heads"], "draft_fixed_ms": 1.0, "draft_per_token_ms": 1.0,
+                         "bookkeeping_ms": 1.0},
+                "tree:mode=chain": {"method": "tree", "options": {"mode": "chain", "vocab": 0, "heads": "a"},
+                                    "weights_options": ["heads"], "draft_fixed_ms": 5.0, "draft_per_token_ms": 5.0,
+                                    "bookkeeping_ms": 5.0}}
+    p = Profile({**PROFILE, "drafters": {**PROFILE["drafters"], **variants}})
+    meta = {"dtype": "bfloat16", "compile": "none", "method": "tree"}
+    exact = p.costs({**meta, "options": {"mode": "chain", "vocab": 0, "heads": "elsewhere"}})
+    assert exact[0].draft_fixed_ms == 5.0 and exact[1] == "bfloat16/none"  # weights' location is no difference
+    near = p.costs({**meta, "options": {"mode": "chain", "vocab": 64, "heads": "a"}})
+    assert near[0].draft_fixed_ms == 5.0  # the chain variant, one option apart, not the defaults, two apart
+    assert near[1] == "bfloat16/none (drafter profiled at vocab=0)"
+    tie = p.costs({**meta, "options": {"mode": "sized", "vocab": 0, "heads": "a"}})
+    assert tie[0].draft_fixed_ms == 1.0 and tie[1] == "bfloat16/none (drafter profiled at mode=tree)"
+    assert p.costs({**meta, "method": "nothing", "options": {}})[0] is None
