@@ -127,9 +127,15 @@ def recipe(options: dict, capture_layers: tuple[int, ...] = (), topk: int = 0) -
 
 
 def default_dir(target, settings: "GenerationSettings") -> Path:
-    """The shared data directory for this model and text recipe (features do not change its name)."""
-    key = hashlib.sha1(json.dumps(settings.text_key(), sort_keys=True).encode()).hexdigest()[:10]
-    return cache_root() / "selfdistill" / f"{target.name}-{key}"
+    """The shared data directory for this model, its dtype and the text recipe (features do not
+    change its name). A float32 target's name leaves the dtype out, as it did before other dtypes
+    were named: the answers differ by dtype, so each dtype gets its own directory."""
+    key = settings.text_key()
+    dtype = str(target.dtype).replace("torch.", "")
+    if dtype != "float32":
+        key = {**key, "dtype": dtype}
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
+    return cache_root() / "selfdistill" / f"{target.name}-{digest}"
 
 
 def data_dir(target, options: dict, settings: "GenerationSettings") -> Path:
@@ -503,12 +509,18 @@ def matches(meta: dict, target, settings: GenerationSettings) -> bool:
 
 
 def load_or_generate(target, settings: GenerationSettings, out_dir: str | Path, progress: bool = True):
-    """Reuse the dataset in ``out_dir`` when it was written by this model with this recipe."""
+    """Reuse the dataset in ``out_dir`` when it was written by this model with this recipe. Another
+    data set there is replaced only in the shared cache directory (``default_dir``: a stale format);
+    in a directory the user named, it is refused, never overwritten."""
     out = Path(out_dir)
     if (out / "generation.json").is_file():
         ds, meta = load(out)
         if matches(meta, target, settings):
             return ds, meta, True
+        if out.resolve() != default_dir(target, settings).resolve():
+            raise UsageError(f"'{out_dir}' holds self-distillation data of another model, dtype or recipe "
+                             f"({meta['model'].get('dtype')}, {meta['conversations']} conversations); "
+                             "name another -o data=DIR, or delete that one to regenerate it")
     ds = generate(target, settings, out, progress)
     return ds, json.loads((out / "generation.json").read_text()), False
 

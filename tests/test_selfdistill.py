@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -137,3 +138,20 @@ def test_a_context_recipe_answers_its_own_text(smol, tmp_path):
     passage = smol.tokenizer.decode(first["input_ids"][first["prompt_len"]:], skip_special_tokens=True).strip()
     assert passage and passage in second["user"]  # the passage is the first conversation's answer
     assert second["input_ids"][:second["prompt_len"]] == smol.chat_ids([{"role": "user", "content": second["user"]}])
+
+
+def test_data_of_another_recipe_in_a_named_directory_is_refused_not_overwritten(data):
+    target, out, ds = data
+    before = (out / "generation.json").read_text()
+    with pytest.raises(UsageError, match="another model, dtype or recipe") as e:
+        sd.load_or_generate(target, sd.GenerationSettings(conversations=3), out, progress=False)
+    assert "\n" not in str(e.value) and (out / "generation.json").read_text() == before
+
+
+def test_each_dtype_has_its_own_shared_directory():
+    from types import SimpleNamespace
+    s = sd.GenerationSettings()
+    fp32, bf16 = (SimpleNamespace(name="m", dtype=d) for d in (torch.float32, torch.bfloat16))
+    assert sd.default_dir(fp32, s) != sd.default_dir(bf16, s)
+    key = hashlib.sha1(json.dumps(s.text_key(), sort_keys=True).encode()).hexdigest()[:10]
+    assert sd.default_dir(fp32, s).name == f"m-{key}"  # float32 data cached before keeps its directory
