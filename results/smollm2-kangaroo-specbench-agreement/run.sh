@@ -5,7 +5,8 @@
 # on 768 conversations half of which carry a passage the target wrote (-o context=0.5), and the shipped adapter
 # fine-tuned on those 768 (-o init=shipped). Vanilla's answers come from two committed runs: the held-apart
 # questions (11th-20th per subtask, ../smollm2-cpu-epyc-eagle-budget) and the table's (first 10, n10-v7).
-# About 45 min on 2 cores (data 21 min, training 8 + 2 min, agreement 2 x 2 min); rerunning skips what exists.
+# Then the same measure for EAGLE's head, the shipped one (1045 conversations) against the one it replaced (486).
+# About 50 min on 2 cores (data 21 min, training 8 + 2 min, agreement 4 x 2 min); rerunning skips what exists.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/smollm2-kangaroo-specbench-agreement}"
@@ -29,3 +30,13 @@ python "$OUT/agreement.py" results/smollm2-cpu-epyc-eagle-budget/runs/vanilla-bf
     2>&1 | grep -v Warning | tee "$OUT/held_apart.log"
 python "$OUT/agreement.py" results/smollm2-cpu-epyc-n10-v7/runs/vanilla-bfloat16-max-autotune-temp0-n128.jsonl \
     "$BENCH" "$OUT/table_questions.json" "${ADAPTERS[@]}" --sizes 4096 2>&1 | grep -v Warning | tee "$OUT/table_questions.log"
+EAGLE_OLD="$AD/eagle-replaced486"
+mkdir -p "$EAGLE_OLD"
+for f in model.safetensors config.json; do  # the EAGLE head 0da1de2 replaced
+    [ -f "$EAGLE_OLD/$f" ] || git show "0da1de2^:methods/eagle/heads/SmolLM2-135M-Instruct/$f" > "$EAGLE_OLD/$f"
+done
+HEADS=(shipped=methods/eagle/heads/SmolLM2-135M-Instruct replaced486="$EAGLE_OLD")
+python "$OUT/eagle_agreement.py" results/smollm2-cpu-epyc-eagle-budget/runs/vanilla-bfloat16-max-autotune-temp0-n128.jsonl \
+    "$OUT/questions.jsonl" "$OUT/eagle_held_apart.json" "${HEADS[@]}" 2>&1 | grep -v Warning | tee "$OUT/eagle_held_apart.log"
+python "$OUT/eagle_agreement.py" results/smollm2-cpu-epyc-n10-v7/runs/vanilla-bfloat16-max-autotune-temp0-n128.jsonl \
+    "$BENCH" "$OUT/eagle_table_questions.json" "${HEADS[@]}" 2>&1 | grep -v Warning | tee "$OUT/eagle_table_questions.log"
