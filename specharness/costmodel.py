@@ -114,7 +114,8 @@ class Profile:
         buckets = tuple(self.data.get("width_buckets") or DEFAULT_BUCKETS)
         return RoundCosts(lambda n: _interpolate(cfg["prefill_ms"], n),
                           _forward(cfg["by_width"], cfg["compile"] != "none", buckets),
-                          drafter["draft_fixed_ms"], drafter["draft_per_token_ms"], drafter["bookkeeping_ms"], own)
+                          drafter["draft_fixed_ms"], drafter["draft_per_token_ms"], drafter["bookkeeping_ms"],
+                          profiled_on=own)
 
     def transformers_costs(self, dtype: str, method: str, options: dict | None = None) -> RoundCosts | None:
         """transformers' costs (eager, in ``dtype``) for ``generate`` or a peer the profile measured."""
@@ -125,7 +126,8 @@ class Profile:
         forward = _forward(hf["by_width"], False, DEFAULT_BUCKETS)
         overhead = max(hf["step_ms"] - forward(1, int(hf.get("step_context", 256))), 0.0)
         return RoundCosts(lambda n: _interpolate(hf["prefill_ms"], n), forward,
-                          0.0, decoder["draft_per_token_ms"], overhead + decoder.get("per_round_ms", 0.0), own)
+                          0.0, decoder["draft_per_token_ms"], overhead + decoder.get("per_round_ms", 0.0),
+                          profiled_on=own)
 
     def costs(self, meta: dict) -> tuple[RoundCosts | None, str]:
         """A result file's method's costs (engine drafter first, else transformers) and what ran it."""

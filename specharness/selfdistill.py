@@ -131,9 +131,8 @@ def default_dir(target, settings: "GenerationSettings") -> Path:
     change its name). A float32 target's name leaves the dtype out, as it did before other dtypes
     were named: the answers differ by dtype, so each dtype gets its own directory."""
     key = settings.text_key()
-    dtype = str(target.dtype).replace("torch.", "")
-    if dtype != "float32":
-        key = {**key, "dtype": dtype}
+    if _dtype_name(target) != "float32":
+        key = {**key, "dtype": _dtype_name(target)}
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
     return cache_root() / "selfdistill" / f"{target.name}-{digest}"
 
@@ -145,7 +144,11 @@ def data_dir(target, options: dict, settings: "GenerationSettings") -> Path:
 
 def model_identity(target) -> dict:
     return {"name": target.name, "n_layers": target.n_layers, "hidden_size": target.hidden_size,
-            "vocab_size": target.vocab_size, "dtype": str(target.dtype).replace("torch.", "")}
+            "vocab_size": target.vocab_size, "dtype": _dtype_name(target)}
+
+
+def _dtype_name(target) -> str:
+    return str(target.dtype).removeprefix("torch.")
 
 
 def forward_flops(target, n_tokens: int, mean_context: float) -> float:

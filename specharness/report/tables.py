@@ -306,8 +306,9 @@ def ceilings(runs: list[Run], profile) -> list[Section]:
     A goal above the last column needs more acceptance; above the middle one, a flatter width curve."""
     rows, data = [], {}
     for r, got in _profiled(runs, cost_ceilings, profile):
-        rows.append([r.label + got["drafter_profiled_at"], f"{metrics.compression_rate(r.records):.2f}", f"{got['measured']:.3f}×",
-                     f"{got['predicted']:.3f}×", f"{got['free_drafting']:.3f}×", f"{got['flat_verification']:.3f}×"])
+        rows.append([r.label + got["drafter_profiled_at"], f"{metrics.compression_rate(r.records):.2f}",
+                     f"{got['measured']:.3f}×", f"{got['predicted']:.3f}×", f"{got['free_drafting']:.3f}×",
+                     f"{got['flat_verification']:.3f}×"])
         data[r.label] = got
     if not rows:
         return []
