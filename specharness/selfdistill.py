@@ -28,7 +28,10 @@ trainer computes its outputs at every position and keeps those where the mask is
 yields exactly (input_ids, loss_mask) so another trainer (Medusa) can derive its own targets.
 
 Generation runs batched through the target's own transformers module (a hand-driven decode loop
-with a ``DynamicCache``; ``generate()`` itself is ~3x slower on this CPU) in the target's dtype.
+with a ``DynamicCache``; ``generate()`` itself is ~3x slower on this CPU) in the target's dtype, or in
+``dtype`` (``gen_dtype``): a bfloat16 copy writes about twice as fast on CPUs with bfloat16 matmuls
+(``results/smollm2-kangaroo-specbench-agreement/gen_speed.txt``), and its text is what the benchmark's
+default bfloat16 engine decodes. The float32 target then computes the features (teacher-forced).
 Answers are greedy by default: that is the decoding the benchmark runs, so the drafter trains on
 the states it will meet.
 """
@@ -64,6 +67,7 @@ class GenerationSettings:
     capture_layers: tuple[int, ...] = ()  # keep hidden states entering these layers (features)
     topk: int = 0  # keep the target's top-k next-token probabilities at trained positions
     context: float = 0.0  # share of conversations whose user turn carries a passage (``context_turns``)
+    dtype: str = ""  # the dtype the target writes the text in ("" = the target's own); see ``generation_dtype``
 
     def validate(self, n_layers: int) -> None:
         checks = [
@@ -77,6 +81,7 @@ class GenerationSettings:
              f"capture_layers must lie in [0, {n_layers - 1}]"),
             (self.topk >= 0, "topk must be >= 0"),
             (0.0 <= self.context <= 0.9, "context must lie in [0, 0.9] (a share of the conversations)"),
+            (self.dtype in ("",) + tuple(GEN_DTYPES), f"dtype must be one of {', '.join(GEN_DTYPES)}"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -90,6 +95,7 @@ class GenerationSettings:
         d.pop("batch_size")  # batching changes rounding only, never the recipe
         if not self.context:
             d.pop("context")  # data written before the option existed keeps its name
+        d.pop("dtype")  # named by the model identity (``generation_dtype``), as before the option existed
         return d
 
     @property
@@ -113,7 +119,12 @@ RECIPE_OPTIONS = [
     OptionSpec("context", "float", 0.0, "share of conversations whose user turn carries a passage the target "
                "wrote (another conversation's answer) under a generic instruction: answers that read a long "
                "prompt, as summaries and retrieval do (shared recipe)", min=0.0, max=0.9),
-    OptionSpec("gen_batch", "int", 32, "conversations generated per batch (changes speed, not the data)", min=1),
+    OptionSpec("gen_batch", "int", 32, "conversations generated per batch (speed; it also changes which user turns "
+               "are drawn and batch rounding, not the recipe)", min=1),
+    OptionSpec("gen_dtype", "str", "", "dtype the target writes the data in (empty = the trainer's, float32). "
+               "bfloat16 writes about 2x faster on CPUs with bfloat16 matmuls and is the dtype the benchmark decodes "
+               "in; its text differs from float32's only at near-ties. Features and soft labels always come from "
+               "the trainer's float32 target (shared recipe)", choices=("", "float32", "bfloat16")),
     OptionSpec("data", "str", "", "self-distillation data directory (default: the shared one in the cache, "
                "named after the model and the recipe; reused when it matches)"),
 ]
@@ -123,7 +134,8 @@ def recipe(options: dict, capture_layers: tuple[int, ...] = (), topk: int = 0) -
     """The generation settings that ``RECIPE_OPTIONS`` values (and a trainer's features) ask for."""
     return GenerationSettings(conversations=options["conversations"], max_answer_tokens=options["max_answer_tokens"],
                               batch_size=options["gen_batch"], seed=options["seed"],
-                              capture_layers=tuple(capture_layers), topk=topk, context=options.get("context", 0.0))
+                              capture_layers=tuple(capture_layers), topk=topk, context=options.get("context", 0.0),
+                              dtype=options.get("gen_dtype", ""))
 
 
 def default_dir(target, settings: "GenerationSettings") -> Path:
@@ -131,8 +143,8 @@ def default_dir(target, settings: "GenerationSettings") -> Path:
     change its name). A float32 target's name leaves the dtype out, as it did before other dtypes
     were named: the answers differ by dtype, so each dtype gets its own directory."""
     key = settings.text_key()
-    if _dtype_name(target) != "float32":
-        key = {**key, "dtype": _dtype_name(target)}
+    if generation_dtype(target, settings) != "float32":
+        key = {**key, "dtype": generation_dtype(target, settings)}
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
     return cache_root() / "selfdistill" / f"{target.name}-{digest}"
 
@@ -142,13 +154,31 @@ def data_dir(target, options: dict, settings: "GenerationSettings") -> Path:
     return Path(options["data"]).expanduser() if options["data"] else default_dir(target, settings)
 
 
-def model_identity(target) -> dict:
+def model_identity(target, dtype: str = "") -> dict:
+    """The model that wrote a data set: ``dtype`` is the one it wrote in (default: the target's)."""
     return {"name": target.name, "n_layers": target.n_layers, "hidden_size": target.hidden_size,
-            "vocab_size": target.vocab_size, "dtype": _dtype_name(target)}
+            "vocab_size": target.vocab_size, "dtype": dtype or _dtype_name(target)}
 
 
 def _dtype_name(target) -> str:
     return str(target.dtype).removeprefix("torch.")
+
+
+GEN_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def generation_dtype(target, settings: "GenerationSettings") -> str:
+    """The dtype the text is written in: ``settings.dtype``, or the target's own when empty."""
+    return settings.dtype or _dtype_name(target)
+
+
+def _writer(target, settings: "GenerationSettings"):
+    """The transformers module that writes the text: the target's own, or a copy of it in the
+    generation dtype (the target itself stays in its dtype for the features and the training)."""
+    if generation_dtype(target, settings) == _dtype_name(target):
+        return target.hf
+    import copy
+    return copy.deepcopy(target.hf).to(GEN_DTYPES[settings.dtype])
 
 
 def forward_flops(target, n_tokens: int, mean_context: float) -> float:
@@ -193,8 +223,9 @@ class _BatchDecoder:
     the top-k of the next-token distribution at every generated step.
     """
 
-    def __init__(self, target, capture_layers=(), topk: int = 0) -> None:
+    def __init__(self, target, capture_layers=(), topk: int = 0, hf=None) -> None:
         self.t = target
+        self.hf = target.hf if hf is None else hf  # the module that decodes (``_writer``)
         self.capture_layers = tuple(capture_layers)
         self.topk = topk
         self.computed_tokens = 0  # every position run through the model, padding included
@@ -215,7 +246,7 @@ class _BatchDecoder:
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
         want_hidden = bool(self.capture_layers)
-        out = t.hf(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True,
+        out = self.hf(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True,
                    output_hidden_states=want_hidden, logits_to_keep=1)
         self.computed_tokens += B * P
         self.flops += forward_flops(t, B * P, P / 2)
@@ -257,7 +288,7 @@ class _BatchDecoder:
                 active = [active[s] for s in keep]
             mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=dev)], -1)
             pos = pos[:, -1:] + 1
-            out = t.hf(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, cache=cache,
+            out = self.hf(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, cache=cache,
                        use_cache=True, output_hidden_states=want_hidden)
             length += 1
             self.computed_tokens += len(active)
@@ -270,16 +301,16 @@ class _BatchDecoder:
 
 
 def _sample_user_turns(target, s: GenerationSettings, gen: torch.Generator, progress: bool,
-                       partial: Path | None = None) -> tuple[list[str], dict]:
+                       partial: Path | None = None, hf=None) -> tuple[list[str], dict]:
     """User turns; with ``partial`` every batch is saved there and an interrupted run resumes."""
     from tqdm import tqdm
     tok = target.tokenizer
     prefix = user_prefix_ids(target)
     stop = _end_of_turn(target)
-    dec = _BatchDecoder(target)
+    dec = _BatchDecoder(target, hf=hf)
     seen, turns = set(), []
     attempts, max_attempts = 0, s.conversations * 6
-    key = {"model": model_identity(target), "settings": s.text_key()}
+    key = {"model": model_identity(target, generation_dtype(target, s)), "settings": s.text_key()}
     if partial is not None and partial.is_file():
         saved = json.loads(partial.read_text())
         if saved.get("key") == key:
@@ -365,6 +396,9 @@ def generate(target, settings: GenerationSettings, out_dir: str | Path, progress
 
     s = settings
     s.validate(target.n_layers)
+    writer = _writer(target, s)
+    if writer is not target.hf:  # states of another dtype's forward: the trainer's target recomputes them
+        s = replace(s, capture_layers=(), topk=0)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     gen = torch.Generator(device=target.device).manual_seed(s.seed)
@@ -374,12 +408,12 @@ def generate(target, settings: GenerationSettings, out_dir: str | Path, progress
     done_before = json.loads((parts / "time.json").read_text()) if (parts / "time.json").is_file() else {}
     n_ctx = s.n_context
     general = replace(s, conversations=s.conversations - n_ctx, context=0.0)
-    turns, user_stats = _sample_user_turns(target, general, gen, progress, parts / "user_turns.json")
+    turns, user_stats = _sample_user_turns(target, general, gen, progress, parts / "user_turns.json", writer)
     t_users = time.perf_counter() - started + done_before.get("user_turns", 0.0)
     (parts / "time.json").write_text(json.dumps({**done_before, "user_turns": t_users}))
 
     stop = _end_of_turn(target)
-    dec = _BatchDecoder(target, s.capture_layers, s.topk)
+    dec = _BatchDecoder(target, s.capture_layers, s.topk, writer)
     t_ans0 = time.perf_counter()
     answers_before = done_before.get("answers", 0.0)
 
@@ -472,7 +506,7 @@ def generate(target, settings: GenerationSettings, out_dir: str | Path, progress
     n_answer = sum(len(r["new"]) for r in results)
     meta = {
         "format": FORMAT_VERSION,
-        "model": model_identity(target),
+        "model": model_identity(target, generation_dtype(target, s)),
         "settings": {**asdict(s), "capture_layers": list(s.capture_layers)},
         "conversations": len(turns),
         "tokens": n_tokens,
@@ -507,7 +541,8 @@ def load(out_dir: str | Path):
 def matches(meta: dict, target, settings: GenerationSettings) -> bool:
     """Whether stored data was written by this model with this recipe (features aside)."""
     stored = GenerationSettings(**{**meta["settings"], "capture_layers": tuple(meta["settings"]["capture_layers"])})
-    return (meta.get("format") == FORMAT_VERSION and meta["model"] == model_identity(target)
+    return (meta.get("format") == FORMAT_VERSION
+            and meta["model"] == model_identity(target, generation_dtype(target, settings))
             and stored.text_key() == settings.text_key())
 
 

@@ -155,3 +155,38 @@ def test_each_dtype_has_its_own_shared_directory():
     assert sd.default_dir(fp32, s) != sd.default_dir(bf16, s)
     key = hashlib.sha1(json.dumps(s.text_key(), sort_keys=True).encode()).hexdigest()[:10]
     assert sd.default_dir(fp32, s).name == f"m-{key}"  # float32 data cached before keeps its directory
+
+
+def test_bfloat16_text_has_the_bfloat16_directory_whichever_target_writes_it():
+    from dataclasses import replace
+    from types import SimpleNamespace
+    s = sd.GenerationSettings()
+    fp32, bf16 = (SimpleNamespace(name="m", dtype=d) for d in (torch.float32, torch.bfloat16))
+    assert sd.default_dir(fp32, replace(s, dtype="bfloat16")) == sd.default_dir(bf16, s)
+    assert sd.default_dir(bf16, replace(s, dtype="float32")) == sd.default_dir(fp32, s)
+    assert replace(s, dtype="bfloat16").text_key() == s.text_key()  # the dtype is named by the model identity
+    with pytest.raises(UsageError, match="dtype must be one of"):
+        replace(s, dtype="float16").validate(30)
+
+
+def test_a_float32_trainer_reads_text_written_in_bfloat16(smol, tmp_path):
+    import copy
+    from dataclasses import replace
+    s = replace(SETTINGS, dtype="bfloat16")
+    ds = sd.generate(smol, s, tmp_path, progress=False)
+    meta = json.loads((tmp_path / "generation.json").read_text())
+    assert meta["model"]["dtype"] == "bfloat16" and meta["settings"]["dtype"] == "bfloat16"
+    assert next(smol.hf.parameters()).dtype == torch.float32  # the trainer's target is untouched
+    # states of a bfloat16 forward are not captured: the float32 target computes them (teacher-forced)
+    assert meta["settings"]["capture_layers"] == [] and not (tmp_path / "features.safetensors").exists()
+    f = sd.layer_features(smol, ds, meta, tmp_path, (2,), 4)
+    assert f["hidden.2"].dtype == torch.float32 and f["offsets"][-1] == meta["tokens"]
+    # the answers are the bfloat16 model's greedy text
+    writer = copy.deepcopy(smol.hf).to(torch.bfloat16)
+    row = ds[0]
+    P = row["prompt_len"]
+    want = writer.generate(torch.tensor([row["input_ids"][:P]]), max_new_tokens=len(row["input_ids"]) - P,
+                           do_sample=False, eos_token_id=sorted(sd._end_of_turn(smol)))
+    assert want[0, P:].tolist() == row["input_ids"][P:]
+    assert sd.load_or_generate(smol, s, tmp_path, progress=False)[2]  # reused by the same recipe
+    assert not sd.matches(meta, smol, replace(s, dtype=""))  # float32 text is another data set
