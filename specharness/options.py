@@ -27,7 +27,7 @@ class OptionSpec:
 
     def describe_range(self) -> str:
         if self.choices:
-            return "one of " + ", ".join(map(str, self.choices))
+            return "one of " + ", ".join(str(c) if c != "" else "'' (empty)" for c in self.choices)
         lo = "-inf" if self.min is None else self.min
         hi = "inf" if self.max is None else self.max
         return f"[{lo}, {hi}]" if self.type in ("int", "float") else self.type

@@ -52,6 +52,7 @@ from .options import OptionSpec
 from .paths import cache_root
 
 FORMAT_VERSION = 1
+GEN_DTYPES = ("float32", "bfloat16")  # the dtypes a target may write its data in (``gen_dtype``)
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ class GenerationSettings:
              f"capture_layers must lie in [0, {n_layers - 1}]"),
             (self.topk >= 0, "topk must be >= 0"),
             (0.0 <= self.context <= 0.9, "context must lie in [0, 0.9] (a share of the conversations)"),
-            (self.dtype in ("",) + tuple(GEN_DTYPES), f"dtype must be one of {', '.join(GEN_DTYPES)}"),
+            (self.dtype in ("", *GEN_DTYPES), f"dtype must be one of {', '.join(GEN_DTYPES)}"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -124,7 +125,7 @@ RECIPE_OPTIONS = [
     OptionSpec("gen_dtype", "str", "", "dtype the target writes the data in (empty = the trainer's, float32). "
                "bfloat16 writes about 2x faster on CPUs with bfloat16 matmuls and is the dtype the benchmark decodes "
                "in; its text differs from float32's only at near-ties. Features and soft labels always come from "
-               "the trainer's float32 target (shared recipe)", choices=("", "float32", "bfloat16")),
+               "the trainer's float32 target (shared recipe)", choices=("", *GEN_DTYPES)),
     OptionSpec("data", "str", "", "self-distillation data directory (default: the shared one in the cache, "
                "named after the model and the recipe; reused when it matches)"),
 ]
@@ -142,9 +143,9 @@ def default_dir(target, settings: "GenerationSettings") -> Path:
     """The shared data directory for this model, its dtype and the text recipe (features do not
     change its name). A float32 target's name leaves the dtype out, as it did before other dtypes
     were named: the answers differ by dtype, so each dtype gets its own directory."""
-    key = settings.text_key()
-    if generation_dtype(target, settings) != "float32":
-        key = {**key, "dtype": generation_dtype(target, settings)}
+    key, dtype = settings.text_key(), generation_dtype(target, settings)
+    if dtype != "float32":
+        key = {**key, "dtype": dtype}
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
     return cache_root() / "selfdistill" / f"{target.name}-{digest}"
 
@@ -164,9 +165,6 @@ def _dtype_name(target) -> str:
     return str(target.dtype).removeprefix("torch.")
 
 
-GEN_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
 def generation_dtype(target, settings: "GenerationSettings") -> str:
     """The dtype the text is written in: ``settings.dtype``, or the target's own when empty."""
     return settings.dtype or _dtype_name(target)
@@ -178,7 +176,8 @@ def _writer(target, settings: "GenerationSettings"):
     if generation_dtype(target, settings) == _dtype_name(target):
         return target.hf
     import copy
-    return copy.deepcopy(target.hf).to(GEN_DTYPES[settings.dtype])
+    from .model.loading import DTYPES
+    return copy.deepcopy(target.hf).to(DTYPES[settings.dtype])
 
 
 def forward_flops(target, n_tokens: int, mean_context: float) -> float:
