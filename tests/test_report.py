@@ -141,6 +141,24 @@ def test_sweeps_cover_the_fixture(built):
     assert sum(ln.startswith("| kangaroo") for ln in best.splitlines()) == 3 * 7  # 3 gammas x (6 subtasks + avg)
 
 
+def test_paired_tests_cover_methods_and_every_setting_against_its_main_file(built):
+    """A sweep's settings are each tested against the method's main file, question by question, with the
+    same statistic as a pair of methods (and a pair of methods still gets its row)."""
+    files, out, data = built
+    pairs = data["paired_tests"]
+    kinds = {p["kind"] for p in pairs.values()}
+    assert kinds == {"methods", "settings"}
+    main = next(p["b"] for p in pairs.values() if p["kind"] == "settings" and "eta=0.9" in p["a"]
+                and "gamma=4" in p["a"])
+    assert "eta=0.6" in main and "gamma=6" in main  # the sweep's settings are paired with the declared defaults
+    row = next(p for p in pairs.values() if p["kind"] == "settings" and "eta=0.9" in p["a"] and "gamma=4" in p["a"])
+    expected = stats.paired_test(read_results(files["kangaroo-g4-e0.9"])[1], read_results(files["kangaroo"])[1])
+    assert row["questions"] == expected.n
+    assert row["a_over_b_speed"] == pytest.approx(expected.a_over_b_speed)
+    assert row["p_two_sided"] == pytest.approx(expected.p_two_sided)
+    assert f"| {row['a']} | {row['b']} |" in (out / "paired_tests.md").read_text()
+
+
 def test_missing_data_skips_with_a_note(tmp_path, capsys):
     qs = questions(2)
     write_run(tmp_path / "vanilla.jsonl", "vanilla", {}, qs)

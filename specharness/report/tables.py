@@ -125,26 +125,37 @@ def identity(runs: list[Run]) -> list[Section]:
 
 
 def paired_tests(runs: list[Run]) -> list[Section]:
-    rows = []
+    """Every pair of main runs (different methods), and every other setting of a method against that
+    method's main run: a sweep's or an A/B's question-by-question test, not only its intervals."""
+    rows, data = [], {}
+
+    def add(a: Run, b: Run, kind: str) -> None:
+        if not same_setting(a, b):
+            return
+        pt = stats.paired_test(a.records, b.records)
+        if pt.n < 2:
+            return
+        rows.append([a.label, b.label, str(pt.n), f"{pt.a_over_b_speed:.3f}",
+                     f"{pt.p_two_sided:.3g}", f"{pt.p_a_faster:.3g}"])
+        data[f"{a.label} vs {b.label}"] = {"a": a.label, "b": b.label, "kind": kind, "questions": pt.n,
+                                           "a_over_b_speed": pt.a_over_b_speed, "p_two_sided": pt.p_two_sided,
+                                           "p_a_faster": pt.p_a_faster}
+
     for t in sorted({r.temperature for r in runs}):
         mains = [r for r in runs if r.main and r.temperature == t]
         for i, a in enumerate(mains):
             for b in mains[i + 1:]:
-                if a.is_vanilla:
-                    a, b = b, a
-                if not same_setting(a, b):
-                    continue
-                pt = stats.paired_test(a.records, b.records)
-                if pt.n < 2:
-                    continue
-                rows.append([a.label, b.label, str(pt.n), f"{pt.a_over_b_speed:.3f}",
-                             f"{pt.p_two_sided:.3g}", f"{pt.p_a_faster:.3g}"])
+                add(*((b, a) if a.is_vanilla else (a, b)), "methods")
+        for variant in (r for r in runs if not r.main and not r.is_vanilla and r.temperature == t):
+            for main in (m for m in mains if m.method == variant.method):
+                add(variant, main, "settings")
     if not rows:
         return [Note("paired tests skipped: fewer than two comparable methods with >= 2 shared questions")]
     caption = ("Wilcoxon signed-rank test on per-question log(time per token of A / time per token of B), "
-               "all subtasks. 'A/B speed' = speed ratio at the median question.")
+               "all subtasks: every pair of methods (their main files), then every other setting of a method "
+               "against its main file. 'A/B speed' = speed ratio at the median question.")
     return [Table("paired_tests", "Paired tests.", caption,
-                  ["A", "B", "questions", "A/B speed", "p (two-sided)", "p (A faster)"], rows, latex=False)]
+                  ["A", "B", "questions", "A/B speed", "p (two-sided)", "p (A faster)"], rows, data, latex=False)]
 
 
 def _overhead(r: Run) -> str:
