@@ -319,3 +319,15 @@ def test_bad_looping_options_are_one_line_errors(tmp_path, capsys, flag, value):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("specharness: error: ") and flag in err and value in err
     assert not (tmp_path / "out").exists()  # refused before any work
+
+
+def test_an_empty_option_value_is_labelled_as_empty_and_a_path_by_its_name(tmp_path):
+    """The shipped checkpoint (adapter '') against another one: the labels say which is which."""
+    from specharness.report.runs import select_runs
+    qs = questions(1)
+    write_run(tmp_path / "vanilla.jsonl", "vanilla", {}, qs)
+    write_run(tmp_path / "shipped.jsonl", "kangaroo", {"adapter": "", "eta": 0.6}, qs, gamma=2, accept=0.5)
+    write_run(tmp_path / "old.jsonl", "kangaroo", {"adapter": "/cache/adapters/old", "eta": 0.6}, qs, gamma=2,
+              accept=0.4)
+    labels = {r.path.stem: r.label for r in select_runs([tmp_path])}
+    assert labels == {"vanilla": "vanilla", "shipped": "kangaroo (adapter='')", "old": "kangaroo (adapter=old)"}

@@ -120,6 +120,10 @@ def load_runs(paths: list[Path]) -> list[Run]:
 
 
 def fmt_value(v: Any) -> str:
+    """An option's value in a label: a path by its last part, the empty string (a plugin's "use the
+    default", e.g. the shipped checkpoint) as '' rather than nothing."""
+    if v == "":
+        return "''"
     if isinstance(v, str) and ("/" in v or "\\" in v):
         return Path(v).name or v
     return str(v)
