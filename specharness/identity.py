@@ -480,7 +480,7 @@ def certify(directory: Path, bench_file: str | None = None, log=print, legacy: b
                 res.tokens_compared += len(a)
                 res.identical_turns += 1
                 messages.append({"role": "assistant", "content": v.turns[t]})
-        out[r.label] = res.as_dict()
+        out[r.label] = {**res.as_dict(), "file": r.path.name}  # the report finds it by file, labels change
         if old is not None:
             out[r.label]["legacy_tolerance"] = asdict(old)
             out[r.label]["legacy_only_certified"] = sum(d.legacy_kind == "near-tie" and d.kind == "bug"

@@ -195,5 +195,7 @@ def test_certify_judges_each_file_against_its_vanilla_and_names_what_it_cannot_c
     assert main(["lossless", "--certify", str(out)]) == 1
     log = capsys.readouterr().out
     assert "1 uncertified" in log and f"turn 1 position 2: vanilla {vanilla.token_ids[0][2]}" in log and "BUG" in log
-    [bug] = json.loads((out / "identity_certified.json").read_text())["pld"]["mismatches"]
+    certified = json.loads((out / "identity_certified.json").read_text())["pld"]
+    assert certified["file"] == pld.name  # how the report finds it, whatever the labels become
+    [bug] = certified["mismatches"]
     assert (bug["position"], bug["method_token"], bug["kind"]) == (2, ids[2], "bug") and bug["method_gap"] > 1e-4

@@ -212,6 +212,23 @@ def test_identity_table_flags_a_changed_token(tmp_path):
     assert kg and all(v["identical"] == v["turns"] for v in kg)
 
 
+def test_certification_is_found_by_file_and_by_an_older_files_label(tmp_path):
+    """certify names each result file: the report finds its verdict whatever the labels are now; a certify
+    file from before that is read by label, with an empty option value in its old form ('adapter=')."""
+    qs = questions(1)
+    write_run(tmp_path / "vanilla.jsonl", "vanilla", {}, qs)
+    write_run(tmp_path / "shipped.jsonl", "kangaroo", {"adapter": ""}, qs, gamma=2, accept=0.5)
+    write_run(tmp_path / "old.jsonl", "kangaroo", {"adapter": "/cache/old"}, qs, gamma=2, accept=0.4)
+    verdict = {"turns": 7, "identical": 6, "near_tie": 1, "bug": 0}
+    (tmp_path / "identity_certified.json").write_text(json.dumps({
+        "a label no longer given": {**verdict, "file": "old.jsonl"},
+        "kangaroo (adapter=)": {**verdict, "near_tie": 2}}))  # an older certify file's entry: no file name
+    assert run_report([str(tmp_path), "--out", str(tmp_path / "out")]) == 0
+    data = json.loads((tmp_path / "out" / "report.json").read_text())["identity"]
+    assert data["kangaroo (adapter=old)"]["certified"]["near_tie"] == 1
+    assert data["kangaroo (adapter='')"]["certified"]["near_tie"] == 2
+
+
 def test_a_file_that_mixes_hardware_is_warned_about_and_grouped(tmp_path):
     d = tmp_path / "runs"
     files = write_fixture(d, per_subtask=1)

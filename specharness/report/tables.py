@@ -79,11 +79,14 @@ def identity(runs: list[Run]) -> list[Section]:
     certified near-tie or a bug."""
     import json
     rows, data = [], {}
-    certified: dict = {}
+    certified: dict = {}  # by label (older certify files name nothing else)
+    by_file: dict = {}  # by result file path
     for d in {r.path.parent for r in runs}:
         f = d / "identity_certified.json"
         if f.is_file():
-            certified.update(json.loads(f.read_text()))
+            found = json.loads(f.read_text())
+            certified.update(found)
+            by_file.update({d / c["file"]: c for c in found.values() if "file" in c})
     bound_based = any("tokens_compared" in c for c in certified.values())
     for r in sorted(runs, key=lambda r: r.label):
         if r.is_vanilla or r.baseline is None or r.temperature != 0:
@@ -98,7 +101,9 @@ def identity(runs: list[Run]) -> list[Section]:
                     if first is None:
                         j = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
                         first = f"question {q.question_id} turn {t + 1} token {j}"
-        c = certified.get(r.label)
+        # by file name; files certified before the name was recorded, by label (an empty option value was
+        # labelled 'adapter=' then, "adapter=''" now)
+        c = by_file.get(r.path) or certified.get(r.label) or certified.get(r.label.replace("=''", "="))
         cert = [str(c["near_tie"]), str(c["bug"])] if c else ["-", "-"]
         if bound_based:  # certified against the float32 reference: how many tokens that covered
             cert.insert(0, str(c["tokens_compared"]) if c and "tokens_compared" in c else "-")
