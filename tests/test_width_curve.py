@@ -27,6 +27,18 @@ def test_a_route_goes_to_the_fastest_wider_width_only_when_it_is_clearly_faster(
     assert choose_route({1: 10.0}) == {}
 
 
+def test_timing_a_routed_width_leaves_room_in_its_cache_for_the_routes_padding(monkeypatch):
+    """Budget calibration times verification at each width; a width the route sends to a wider graph
+    writes that many cache slots. At the longest context the model allows, the cache must hold them
+    (a route chosen from noisy timings once overflowed it in CI)."""
+    from specharness.width_curve import verify_seconds
+    t = TargetModel.tiny("llama", vocab_size=48, n_layers=2, hidden_size=32, seed=3)
+    t.backend.route = {2: 8}
+    monkeypatch.setattr(t.backend, "routed", lambda key: t.backend.route.get(key.width, key.width), raising=False)
+    got = verify_seconds(t, 0, [1, 2], reps=1)
+    assert set(got) == {1, 2} and all(v > 0 for v in got.values())
+
+
 def _keys_target(keys: list[GraphKey], top: int, n_layers: int = 30):
     from types import SimpleNamespace
     return SimpleNamespace(n_layers=n_layers, backend=SimpleNamespace(compiled=True, static_top=top, graphs=set(keys)))
