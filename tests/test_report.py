@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from fixture_results import write_fixture, write_run, questions
@@ -227,6 +228,33 @@ def test_certification_is_found_by_file_and_by_an_older_files_label(tmp_path):
     data = json.loads((tmp_path / "out" / "report.json").read_text())["identity"]
     assert data["kangaroo (adapter=old)"]["certified"]["near_tie"] == 1
     assert data["kangaroo (adapter='')"]["certified"]["near_tie"] == 2
+
+
+def test_two_runs_reported_together_are_paired_and_certified_each_within_itself(tmp_path):
+    """Two folders of the same methods: no paired test crosses them (their times were not interleaved),
+    files of one name get their folder in the label, each keeps its own folder's certify verdict, and a
+    label with an empty value stays two straight quotes in LaTeX."""
+    from specharness.report.render import tex
+    qs = questions(1)
+    for name, cmd, n_tie in (("a", "compare A", 1), ("b", "compare B", 5)):
+        d = tmp_path / name
+        d.mkdir()
+        write_run(d / "vanilla.jsonl", "vanilla", {}, qs, command=cmd)
+        write_run(d / "shipped.jsonl", "kangaroo", {"adapter": ""}, qs, gamma=2, accept=0.5, command=cmd)
+        verdict = {"turns": 7, "identical": 6, "near_tie": n_tie, "bug": 0, "file": "shipped.jsonl"}
+        (d / "identity_certified.json").write_text(json.dumps({"kangaroo": verdict}))  # as certify labelled it there
+    write_run(tmp_path / "a" / "old.jsonl", "kangaroo", {"adapter": "/cache/old"}, qs, gamma=2, accept=0.4,
+              command="compare A")
+    out = tmp_path / "out"
+    assert run_report([str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)]) == 0
+    data = json.loads((out / "report.json").read_text())
+    pairs = list(data["paired_tests"].values())
+    assert pairs and all(Path(p["a_file"]).parent == Path(p["b_file"]).parent for p in pairs)
+    [old] = [p for p in pairs if p["kind"] == "settings"]
+    assert Path(old["a_file"]).name == "old.jsonl" and Path(old["b_file"]) == tmp_path / "a" / "shipped.jsonl"
+    ties = {k: v["certified"]["near_tie"] for k, v in data["identity"].items() if v["certified"]}
+    assert ties == {"kangaroo (adapter='') [a/shipped]": 1, "kangaroo (adapter='') [b/shipped]": 5}, ties
+    assert tex("kangaroo (adapter='')") == "kangaroo (adapter=\\textquotesingle\\textquotesingle{})"
 
 
 def test_a_file_that_mixes_hardware_is_warned_about_and_grouped(tmp_path):

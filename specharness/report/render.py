@@ -10,8 +10,11 @@ from .sections import Figure, Note, Section, Table
 
 
 def tex(s: str) -> str:
-    for a, b in (("\\", "\\textbackslash{}"), ("_", "\\_"), ("%", "\\%"), ("&", "\\&"), ("#", "\\#"),
-                 ("×", "$\\times$"), ("†", "$^\\dagger$"), ("η", "$\\eta$"), ("γ", "$\\gamma$")):
+    """LaTeX for a cell or caption; '' (an empty option value in a label) stays two straight quotes,
+    not TeX's closing double quote."""
+    for a, b in (("\\", "\\textbackslash{}"), ("''", "\\textquotesingle\\textquotesingle{}"), ("_", "\\_"),
+                 ("%", "\\%"), ("&", "\\&"), ("#", "\\#"), ("×", "$\\times$"), ("†", "$^\\dagger$"),
+                 ("η", "$\\eta$"), ("γ", "$\\gamma$")):
         s = s.replace(a, b)
     return s
 

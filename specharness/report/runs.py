@@ -142,10 +142,14 @@ def assign_labels(runs: list[Run]) -> None:
             if len(temps) > 1:
                 parts.append(f"T={r.temperature:g}")
             r.label = method + (f" ({', '.join(parts)})" if parts else "")
-    counts = Counter(r.label for r in runs)
-    for r in runs:  # same method and options twice (two runs): tell them apart by file name
-        if counts[r.label] > 1:
-            r.label += f" [{r.path.stem}]"
+    same: dict[str, list[Run]] = defaultdict(list)
+    for r in runs:
+        same[r.label].append(r)
+    for group in same.values():  # same method and options twice (two runs): tell them apart by file name,
+        if len(group) > 1:  # or by folder and file name where two folders hold files of one name
+            by_name = len({r.path.stem for r in group}) == len(group)
+            for r in group:
+                r.label += f" [{r.path.stem}]" if by_name else f" [{r.path.parent.name}/{r.path.stem}]"
 
 
 def same_setting(a: Run, b: Run) -> bool:

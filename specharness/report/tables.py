@@ -79,15 +79,17 @@ def identity(runs: list[Run]) -> list[Section]:
     certified near-tie or a bug."""
     import json
     rows, data = [], {}
-    certified: dict = {}  # by label (older certify files name nothing else)
-    by_file: dict = {}  # by result file path
+    by_file: dict = {}  # verdicts by result file path
+    by_label: dict = {}  # (directory, label): older certify files name no file
     for d in {r.path.parent for r in runs}:
         f = d / "identity_certified.json"
         if f.is_file():
-            found = json.loads(f.read_text())
-            certified.update(found)
-            by_file.update({d / c["file"]: c for c in found.values() if "file" in c})
-    bound_based = any("tokens_compared" in c for c in certified.values())
+            for label, c in json.loads(f.read_text()).items():
+                if "file" in c:
+                    by_file[d / c["file"]] = c
+                else:
+                    by_label[d, label] = c
+    bound_based = any("tokens_compared" in c for c in [*by_file.values(), *by_label.values()])
     for r in sorted(runs, key=lambda r: r.label):
         if r.is_vanilla or r.baseline is None or r.temperature != 0:
             continue
@@ -103,7 +105,8 @@ def identity(runs: list[Run]) -> list[Section]:
                         first = f"question {q.question_id} turn {t + 1} token {j}"
         # by file name; files certified before the name was recorded, by label (an empty option value was
         # labelled 'adapter=' then, "adapter=''" now)
-        c = by_file.get(r.path) or certified.get(r.label) or certified.get(r.label.replace("=''", "="))
+        d = r.path.parent
+        c = by_file.get(r.path) or by_label.get((d, r.label)) or by_label.get((d, r.label.replace("=''", "=")))
         cert = [str(c["near_tie"]), str(c["bug"])] if c else ["-", "-"]
         if bound_based:  # certified against the float32 reference: how many tokens that covered
             cert.insert(0, str(c["tokens_compared"]) if c and "tokens_compared" in c else "-")
@@ -130,21 +133,25 @@ def identity(runs: list[Run]) -> list[Section]:
 
 
 def paired_tests(runs: list[Run]) -> list[Section]:
-    """Every pair of main runs (different methods), and every other setting of a method against that
-    method's main run: a sweep's or an A/B's question-by-question test, not only its intervals."""
+    """Every pair of main files (different methods, or one method's several main files), and every other
+    setting of a method against that method's main file: a sweep's or an A/B's question-by-question test,
+    not only its intervals. Only files of one run are paired (one command or one directory): times from
+    two runs were not interleaved, and machines of one kind differ by more than the effects tested."""
     rows, data = [], {}
 
     def add(a: Run, b: Run, kind: str) -> None:
-        if not same_setting(a, b):
+        one_run = a.path.parent == b.path.parent or (a.meta.get("command") and
+                                                      a.meta.get("command") == b.meta.get("command"))
+        if not one_run or not same_setting(a, b):
             return
         pt = stats.paired_test(a.records, b.records)
         if pt.n < 2:
             return
         rows.append([a.label, b.label, str(pt.n), f"{pt.a_over_b_speed:.3f}",
                      f"{pt.p_two_sided:.3g}", f"{pt.p_a_faster:.3g}"])
-        data[f"{a.label} vs {b.label}"] = {"a": a.label, "b": b.label, "kind": kind, "questions": pt.n,
-                                           "a_over_b_speed": pt.a_over_b_speed, "p_two_sided": pt.p_two_sided,
-                                           "p_a_faster": pt.p_a_faster}
+        data[f"{a.path} vs {b.path}"] = {"a": a.label, "b": b.label, "a_file": str(a.path), "b_file": str(b.path),
+                                         "kind": kind, "questions": pt.n, "a_over_b_speed": pt.a_over_b_speed,
+                                         "p_two_sided": pt.p_two_sided, "p_a_faster": pt.p_a_faster}
 
     for t in sorted({r.temperature for r in runs}):
         mains = [r for r in runs if r.main and r.temperature == t]
@@ -158,7 +165,8 @@ def paired_tests(runs: list[Run]) -> list[Section]:
         return [Note("paired tests skipped: fewer than two comparable methods with >= 2 shared questions")]
     caption = ("Wilcoxon signed-rank test on per-question log(time per token of A / time per token of B), "
                "all subtasks: every pair of methods (their main files), then every other setting of a method "
-               "against its main file. 'A/B speed' = speed ratio at the median question.")
+               "against its main file, within one run (command or directory). 'A/B speed' = speed ratio at the "
+               "median question.")
     return [Table("paired_tests", "Paired tests.", caption,
                   ["A", "B", "questions", "A/B speed", "p (two-sided)", "p (A faster)"], rows, data, latex=False)]
 
