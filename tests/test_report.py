@@ -213,13 +213,19 @@ def test_identity_table_flags_a_changed_token(tmp_path):
     assert kg and all(v["identical"] == v["turns"] for v in kg)
 
 
+def _shipped_and_old(d, command: str = "python -m specharness compare (fixture)", old: bool = True) -> None:
+    """vanilla, Kangaroo with the shipped adapter (adapter '') and, when ``old``, with another one, in ``d``."""
+    qs = questions(1)
+    write_run(d / "vanilla.jsonl", "vanilla", {}, qs, command=command)
+    write_run(d / "shipped.jsonl", "kangaroo", {"adapter": ""}, qs, gamma=2, accept=0.5, command=command)
+    if old:
+        write_run(d / "old.jsonl", "kangaroo", {"adapter": "/cache/old"}, qs, gamma=2, accept=0.4, command=command)
+
+
 def test_certification_is_found_by_file_and_by_an_older_files_label(tmp_path):
     """certify names each result file: the report finds its verdict whatever the labels are now; a certify
     file from before that is read by label, with an empty option value in its old form ('adapter=')."""
-    qs = questions(1)
-    write_run(tmp_path / "vanilla.jsonl", "vanilla", {}, qs)
-    write_run(tmp_path / "shipped.jsonl", "kangaroo", {"adapter": ""}, qs, gamma=2, accept=0.5)
-    write_run(tmp_path / "old.jsonl", "kangaroo", {"adapter": "/cache/old"}, qs, gamma=2, accept=0.4)
+    _shipped_and_old(tmp_path)
     verdict = {"turns": 7, "identical": 6, "near_tie": 1, "bug": 0}
     (tmp_path / "identity_certified.json").write_text(json.dumps({
         "a label no longer given": {**verdict, "file": "old.jsonl"},
@@ -235,16 +241,12 @@ def test_two_runs_reported_together_are_paired_and_certified_each_within_itself(
     files of one name get their folder in the label, each keeps its own folder's certify verdict, and a
     label with an empty value stays two straight quotes in LaTeX."""
     from specharness.report.render import tex
-    qs = questions(1)
     for name, cmd, n_tie in (("a", "compare A", 1), ("b", "compare B", 5)):
         d = tmp_path / name
         d.mkdir()
-        write_run(d / "vanilla.jsonl", "vanilla", {}, qs, command=cmd)
-        write_run(d / "shipped.jsonl", "kangaroo", {"adapter": ""}, qs, gamma=2, accept=0.5, command=cmd)
+        _shipped_and_old(d, cmd, old=name == "a")
         verdict = {"turns": 7, "identical": 6, "near_tie": n_tie, "bug": 0, "file": "shipped.jsonl"}
         (d / "identity_certified.json").write_text(json.dumps({"kangaroo": verdict}))  # as certify labelled it there
-    write_run(tmp_path / "a" / "old.jsonl", "kangaroo", {"adapter": "/cache/old"}, qs, gamma=2, accept=0.4,
-              command="compare A")
     out = tmp_path / "out"
     assert run_report([str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)]) == 0
     data = json.loads((out / "report.json").read_text())
@@ -369,10 +371,6 @@ def test_bad_looping_options_are_one_line_errors(tmp_path, capsys, flag, value):
 def test_an_empty_option_value_is_labelled_as_empty_and_a_path_by_its_name(tmp_path):
     """The shipped checkpoint (adapter '') against another one: the labels say which is which."""
     from specharness.report.runs import select_runs
-    qs = questions(1)
-    write_run(tmp_path / "vanilla.jsonl", "vanilla", {}, qs)
-    write_run(tmp_path / "shipped.jsonl", "kangaroo", {"adapter": "", "eta": 0.6}, qs, gamma=2, accept=0.5)
-    write_run(tmp_path / "old.jsonl", "kangaroo", {"adapter": "/cache/adapters/old", "eta": 0.6}, qs, gamma=2,
-              accept=0.4)
+    _shipped_and_old(tmp_path)
     labels = {r.path.stem: r.label for r in select_runs([tmp_path])}
     assert labels == {"vanilla": "vanilla", "shipped": "kangaroo (adapter='')", "old": "kangaroo (adapter=old)"}
