@@ -64,6 +64,17 @@ def temporary_cache(tmp_path_factory):
 
 
 @pytest.fixture
+def own_cache(monkeypatch, tmp_path, temporary_cache):
+    """$SPECHARNESS_CACHE -> this test's own empty cache, sharing the session's converted models and
+    built kernels (without them, a child process that loads the kernels, as a graph build does,
+    rebuilds them: ~65 s)."""
+    for shared in ("models", "kernels"):
+        (tmp_path / shared).symlink_to(temporary_cache / shared, target_is_directory=True)
+    monkeypatch.setenv("SPECHARNESS_CACHE", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
 def graph_store(monkeypatch):
     """The graph store on (the user's default, ``SPECHARNESS_AOT_GRAPHS=1``), for this test only."""
     monkeypatch.setenv("SPECHARNESS_AOT_GRAPHS", "1")

@@ -20,15 +20,6 @@ def unpinned(monkeypatch):
     monkeypatch.delenv("SPECHARNESS_ENGINE", raising=False)
 
 
-@pytest.fixture
-def cache(monkeypatch, tmp_path, temporary_cache):
-    """A cache of its own for the engine choice, sharing the session's built kernels (a rebuild: ~30 s)."""
-    for shared in ("models", "kernels"):
-        (tmp_path / shared).symlink_to(temporary_cache / shared, target_is_directory=True)
-    monkeypatch.setenv("SPECHARNESS_CACHE", str(tmp_path))
-    return tmp_path
-
-
 def tiny(dtype: str = "float32", hidden: int = 32, layers: int = 1) -> TargetModel:
     return TargetModel.tiny("llama", vocab_size=32, n_layers=layers, hidden_size=hidden, seed=0, dtype=dtype)
 
@@ -104,7 +95,7 @@ def uneven(dtype: str) -> TargetModel:
     return tiny() if dtype == "float32" else tiny("bfloat16", hidden=256, layers=4)
 
 
-def test_the_table_answers_without_measuring_and_says_which_row(monkeypatch, cache):
+def test_the_table_answers_without_measuring_and_says_which_row(monkeypatch, own_cache):
     monkeypatch.setattr(engine_choice, "cpu_features", lambda: AMX)
     got = engine_choice.choose("auto", "auto", "smollm2", "cpu", 2, never_load)
     assert (got.dtype, got.compile, got.source) == ("bfloat16", "max-autotune", "table")
@@ -127,7 +118,7 @@ def test_the_table_answers_without_measuring_and_says_which_row(monkeypatch, cac
     assert engine_choice.choose("auto", "auto", "smollm2", "cpu", 2, never_load).source == "cached"
 
 
-def test_a_partial_request_the_row_does_not_cover_is_measured_not_cached(monkeypatch, cache):
+def test_a_partial_request_the_row_does_not_cover_is_measured_not_cached(monkeypatch, own_cache):
     monkeypatch.setattr(engine_choice, "cpu_features", lambda: AMX)
     monkeypatch.setattr(engine_choice, "KNOWN_BEST", (engine_choice.KnownBest(  # a row that ranks two only
         "amx", "amx_tile", (("bfloat16", "max-autotune"), ("float32", "none")), "why", "m", 1),))
@@ -147,7 +138,7 @@ def test_the_header_says_which_row_was_used(monkeypatch, capsys):
                                                                 "cpu_features": list(AMX), "why": "why"}
 
 
-def test_a_flagged_measurement_is_not_cached_and_is_redone(monkeypatch, cache, capsys):
+def test_a_flagged_measurement_is_not_cached_and_is_redone(monkeypatch, own_cache, capsys):
     monkeypatch.setattr(engine_choice, "cpu_features", lambda: ())  # no row: measured
     monkeypatch.setattr(engine_choice, "CANDIDATES", EAGER)
     import os
@@ -170,7 +161,7 @@ def busy_loops() -> list:
             for c in sorted(os.sched_getaffinity(0))]
 
 
-def test_a_choice_made_under_load_equals_the_quiet_one_or_is_flagged_and_not_cached(monkeypatch, cache):
+def test_a_choice_made_under_load_equals_the_quiet_one_or_is_flagged_and_not_cached(monkeypatch, own_cache):
     import time
     monkeypatch.setattr(engine_choice, "CANDIDATES", EAGER)
     monkeypatch.setattr(engine_choice, "cpu_features", lambda: ())  # no table row (no AMX): a measurement
@@ -198,7 +189,7 @@ def test_a_choice_made_under_load_equals_the_quiet_one_or_is_flagged_and_not_cac
                                             "max-autotune")
 
 
-def test_compile_progress_names_each_graph_and_a_second_run_estimates_from_the_first(cache, graph_store):
+def test_compile_progress_names_each_graph_and_a_second_run_estimates_from_the_first(own_cache, graph_store):
     from specharness.compile_progress import CompileProgress, read_times, times_file
     path = times_file("m", "float32", "default")
     runs: list[list[str]] = []

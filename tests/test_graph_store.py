@@ -70,7 +70,7 @@ def test_the_store_keys_weights_by_value_and_graphs_by_what_they_compute():
     assert not GraphStore.fits(args(32, 1), False) and GraphStore.fits(args(32, 2), False)
 
 
-def test_the_store_is_an_engine_switch_and_compiled_generation_through_it_equals_eager(tmp_path, monkeypatch):
+def test_the_store_is_an_engine_switch_and_compiled_generation_through_it_equals_eager(own_cache, monkeypatch):
     """``SPECHARNESS_AOT_GRAPHS=0`` turns it off; on, a float32 compiled generation (prefill through the
     wide package, rounds through width packages) gives eager's tokens, every graph from the store; a
     second model of the same weights (as the next run would make) loads every package, builds none and
@@ -81,7 +81,6 @@ def test_the_store_is_an_engine_switch_and_compiled_generation_through_it_equals
     from specharness.verify import greedy
     assert EngineOptions.from_env({"SPECHARNESS_AOT_GRAPHS": "0"}).aot_graphs is False
     assert EngineOptions.from_env({}).aot_graphs is True
-    monkeypatch.setenv("SPECHARNESS_CACHE", str(tmp_path))
     monkeypatch.setenv("SPECHARNESS_AOT_GRAPHS", "0")
     off = TargetModel.tiny("llama", seed=5)
     off.compile("default")
@@ -104,11 +103,10 @@ def test_the_store_is_an_engine_switch_and_compiled_generation_through_it_equals
     assert again.backend.store.built == set() and again.backend.store.loaded == compiled.backend.graphs
 
 
-def _generation(seed: int, monkeypatch, tmp_path):
+def _generation(seed: int):
     from specharness.engine import generate
     from specharness.methods.vanilla import NoDraft
     from specharness.verify import greedy
-    monkeypatch.setenv("SPECHARNESS_CACHE", str(tmp_path))
     compiled, eager = TargetModel.tiny("llama", seed=seed), TargetModel.tiny("llama", seed=seed)
     compiled.compile("default")
     prompt = [3, 7, 11, 5, 9]
@@ -120,11 +118,11 @@ def _generation(seed: int, monkeypatch, tmp_path):
 
 
 @pytest.mark.slow  # two minutes of child builds; the block's bookkeeping: the failed and interrupted builds below
-def test_graphs_built_in_the_background_run_eagerly_until_the_block_ends_then_from_their_packages(tmp_path, monkeypatch):
+def test_graphs_built_in_the_background_run_eagerly_until_the_block_ends_then_from_their_packages(own_cache):
     """Inside ``in_background`` a missing graph is exported and built by a child process while its
     calls run eagerly (eager's tokens); leaving the block waits for every build and loads it, and a
     generation after it runs the packages, compiling nothing more."""
-    compiled, run, want = _generation(6, monkeypatch, tmp_path)
+    compiled, run, want = _generation(6)
     backend, store = compiled.backend, compiled.backend.store
     store.jobs = 2  # two at a time, as on a 2-core machine (a pinned test worker has one core)
     with backend.in_background():
@@ -134,18 +132,18 @@ def test_graphs_built_in_the_background_run_eagerly_until_the_block_ends_then_fr
     assert not backend.building and store.failures == {}
     assert store.built == backend.graphs and len(backend.packages) == len(backend.graphs)
     assert all(b.done and b.proc.returncode == 0 for b in store.builds)
-    assert sorted(p.suffix for p in (tmp_path / "graphs").iterdir()) == sorted([".json", ".pt2"] * len(backend.graphs))
+    assert sorted(p.suffix for p in (own_cache / "graphs").iterdir()) == sorted([".json", ".pt2"] * len(backend.graphs))
     graphs = set(backend.graphs)
     assert run(compiled) == want
     assert backend.graphs == graphs and len(store.builds) == len(graphs)
 
 
 @pytest.mark.slow  # two minutes of child builds
-def test_a_block_left_without_waiting_keeps_building_and_the_next_call_waits_for_every_package(tmp_path, monkeypatch):
+def test_a_block_left_without_waiting_keeps_building_and_the_next_call_waits_for_every_package(own_cache):
     """``in_background(wait=False)`` (a run's compile check) returns once one package has built; the
     others build on, and the first call outside a block waits for them, so it runs packages only
     (eager's tokens, nothing compiled by torch.compile)."""
-    compiled, run, want = _generation(9, monkeypatch, tmp_path)
+    compiled, run, want = _generation(9)
     backend, store = compiled.backend, compiled.backend.store
     store.jobs = 2
     with backend.in_background(wait=False):
@@ -189,7 +187,7 @@ def test_finishing_until_one_build_stops_at_the_first_success_and_leaves_the_res
     assert backend.packages[(keys[1], "sig")] is ok2 and not backend.building and seen == [(1, 1), (2, 0)]
 
 
-def test_a_failed_background_build_is_compiled_by_torch_compile_before_the_block_ends(tmp_path, monkeypatch):
+def test_a_failed_background_build_is_compiled_by_torch_compile_before_the_block_ends(own_cache, monkeypatch):
     """A child that fails leaves its last line as the reason (its log stays beside the store); the
     graph is compiled by torch.compile when the block ends (untimed), so later calls compile nothing
     and give eager's tokens."""
@@ -197,25 +195,25 @@ def test_a_failed_background_build_is_compiled_by_torch_compile_before_the_block
     monkeypatch.setattr(graph_store, "BUILDER", [sys.executable, "-c",
                                                  "import sys; print('graph build failed: RuntimeError: no compiler'); "
                                                  "sys.exit(1)"])
-    compiled, run, want = _generation(7, monkeypatch, tmp_path)
+    compiled, run, want = _generation(7)
     backend, store = compiled.backend, compiled.backend.store
     store.jobs = 2
     with backend.in_background():
         assert run(compiled) == want
     assert set(store.failures) == backend.graphs
     assert set(store.failures.values()) == {"RuntimeError: no compiler"}
-    assert sorted(p.suffix for p in (tmp_path / "graphs").iterdir()) == [".log"] * len(backend.graphs)
+    assert sorted(p.suffix for p in (own_cache / "graphs").iterdir()) == [".log"] * len(backend.graphs)
     frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     assert run(compiled) == want
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == frames  # compiled when the block ended
 
 
-def test_an_interrupted_background_block_stops_its_builds_and_leaves_nothing_half_built(tmp_path, monkeypatch):
+def test_an_interrupted_background_block_stops_its_builds_and_leaves_nothing_half_built(own_cache, monkeypatch):
     """Ctrl-C inside the block kills the running children and removes their programs, specs and half
     packages; a package finished earlier would stay (nothing here finishes)."""
     from specharness.model import graph_store
     monkeypatch.setattr(graph_store, "BUILDER", [sys.executable, "-c", "import time; time.sleep(600)"])
-    compiled, run, want = _generation(8, monkeypatch, tmp_path)
+    compiled, run, want = _generation(8)
     backend, store = compiled.backend, compiled.backend.store
     store.jobs = 4  # every graph's child starts (a pinned test worker has one core: one at a time would wait)
     try:
@@ -226,7 +224,7 @@ def test_an_interrupted_background_block_stops_its_builds_and_leaves_nothing_hal
         pass
     assert store.builds and all(b.proc.returncode is not None for b in store.builds)
     assert not backend.building and not backend.deferred
-    assert list((tmp_path / "graphs").iterdir()) == []
+    assert list((own_cache / "graphs").iterdir()) == []
 
 
 def test_max_autotune_searches_the_static_graphs_kernels_and_the_wide_graphs_only_when_asked():

@@ -116,8 +116,7 @@ class KernelCalls(TorchDispatchMode):
 
 @needs_kernel
 @pytest.mark.parametrize("family", ["llama", "qwen2"])  # qwen2: q/k/v biases, widened to float32 at freezing
-def test_a_bfloat16_target_on_the_kernel_builds_every_graph_and_decodes_as_it_does_eagerly(monkeypatch, tmp_path,
-                                                                                         family):
+def test_a_bfloat16_target_on_the_kernel_builds_every_graph_and_decodes_as_it_does_eagerly(own_cache, family):
     """A tiny bfloat16 model, its static graphs on our kernel, its graphs exported into the store (the
     dynamic-width prefill graph too, where a width test would have been a failed guard): every
     greedy token the same as eagerly, and logits at widths 2 and 8 close to eager's (random weights
@@ -126,7 +125,6 @@ def test_a_bfloat16_target_on_the_kernel_builds_every_graph_and_decodes_as_it_do
     from specharness.methods.vanilla import NoDraft
     from specharness.model import TargetModel
     from specharness.verify import greedy
-    monkeypatch.setenv("SPECHARNESS_CACHE", str(tmp_path))
     tiny = dict(vocab_size=64, n_layers=2, hidden_size=64, seed=5, dtype="bfloat16", options=EngineOptions(gemm="narrow"))
     compiled, eager = TargetModel.tiny(family, **tiny), TargetModel.tiny(family, **tiny)
     compiled.compile("default")
@@ -168,7 +166,7 @@ def test_a_bfloat16_target_on_the_kernel_builds_every_graph_and_decodes_as_it_do
 @needs_kernel
 # on: the default, where the bug was; off: the child never loads the library for attention (-m slow: 60 s more)
 @pytest.mark.parametrize("attention", ["on", pytest.param("off", marks=pytest.mark.slow)])
-def test_a_graph_on_the_kernel_builds_in_a_child_process_as_warm_up_builds_it(monkeypatch, tmp_path, attention):
+def test_a_graph_on_the_kernel_builds_in_a_child_process_as_warm_up_builds_it(own_cache, attention):
     """Warm-up builds a missing graph's package in a child process (``in_background`` ->
     ``GraphStore.start(background=True)`` -> ``graph_build``); one whose graph calls our op must
     register the op's fake kernel there first. (It did not: every such build failed, and each run
@@ -176,7 +174,6 @@ def test_a_graph_on_the_kernel_builds_in_a_child_process_as_warm_up_builds_it(mo
     off the library was not even loaded there.) The child's package is the one that runs, calls the
     op, and computes what the eager layers do."""
     from specharness.model import TargetModel
-    monkeypatch.setenv("SPECHARNESS_CACHE", str(tmp_path))
     tiny = dict(vocab_size=64, n_layers=2, hidden_size=64, seed=5, dtype="bfloat16")
     target = TargetModel.tiny("llama", **tiny, options=EngineOptions(gemm="narrow", narrow_attention=attention))
     eager = TargetModel.tiny("llama", **tiny)

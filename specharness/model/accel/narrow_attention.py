@@ -145,6 +145,9 @@ def _build() -> str | None:
     digest = build_key()
     build_dir = cache_root() / "kernels" / f"narrow_attention-{digest}"
     build_dir.mkdir(parents=True, exist_ok=True)
+    # its real path: ninja rebuilds (~65 s of both cores) whenever the compile command's paths change,
+    # and a cache reached through a symlink (the test suite's temporary caches) named it anew each time
+    build_dir = build_dir.resolve()
     name = f"specharness_narrow_attention_{digest}"
     if not (build_dir / f"{name}.so").exists():
         print(f"engine: building the engine's C++ kernels (narrow attention and linear) into {build_dir} (once, about 30 s)",
