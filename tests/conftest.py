@@ -67,7 +67,7 @@ def temporary_cache(tmp_path_factory):
 def own_cache(monkeypatch, tmp_path, temporary_cache):
     """$SPECHARNESS_CACHE -> this test's own empty cache, sharing the session's converted models and
     built kernels (without them, a child process that loads the kernels, as a graph build does,
-    rebuilds them: ~65 s)."""
+    rebuilds them: 30 s alone, ~65 s beside the other test worker)."""
     for shared in ("models", "kernels"):
         (tmp_path / shared).symlink_to(temporary_cache / shared, target_is_directory=True)
     monkeypatch.setenv("SPECHARNESS_CACHE", str(tmp_path))

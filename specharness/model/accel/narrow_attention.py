@@ -145,8 +145,8 @@ def _build() -> str | None:
     digest = build_key()
     build_dir = cache_root() / "kernels" / f"narrow_attention-{digest}"
     build_dir.mkdir(parents=True, exist_ok=True)
-    # its real path: ninja rebuilds (~65 s of both cores) whenever the compile command's paths change,
-    # and a cache reached through a symlink (the test suite's temporary caches) named it anew each time
+    # its real path: ninja rebuilds (30 s of both cores, ~65 s under load) whenever its compile command's
+    # paths change, and a cache reached through a symlink (the test suite's temporary caches) named it anew
     build_dir = build_dir.resolve()
     name = f"specharness_narrow_attention_{digest}"
     if not (build_dir / f"{name}.so").exists():
