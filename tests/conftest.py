@@ -46,14 +46,20 @@ os.environ["SPECHARNESS_ENGINE"] = "float32/none"
 os.environ["SPECHARNESS_AOT_GRAPHS"] = "0"
 
 
+def _link_shared(root: Path, source: Path) -> None:
+    """``root``'s models/ and kernels/ -> ``source``'s: converted models and built kernels are keyed by
+    their inputs, so caches may share them; everything else in ``root`` stays its own."""
+    for shared in ("models", "kernels"):
+        (source / shared).mkdir(parents=True, exist_ok=True)
+        (root / shared).symlink_to(source / shared, target_is_directory=True)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def temporary_cache(tmp_path_factory):
     """$SPECHARNESS_CACHE -> a fresh directory; its ``models/`` is the user's converted models and
     its ``kernels/`` the user's built C++ kernels (keyed by their source: read-only once built)."""
     root = tmp_path_factory.mktemp("specharness-cache")
-    for shared in ("models", "kernels"):
-        (_USER_CACHE / shared).mkdir(parents=True, exist_ok=True)
-        (root / shared).symlink_to(_USER_CACHE / shared, target_is_directory=True)
+    _link_shared(root, _USER_CACHE)
     old = os.environ.get("SPECHARNESS_CACHE")
     os.environ["SPECHARNESS_CACHE"] = str(root)
     yield root
@@ -68,8 +74,7 @@ def own_cache(monkeypatch, tmp_path, temporary_cache):
     """$SPECHARNESS_CACHE -> this test's own empty cache, sharing the session's converted models and
     built kernels (without them, a child process that loads the kernels, as a graph build does,
     rebuilds them: 30 s alone, ~65 s beside the other test worker)."""
-    for shared in ("models", "kernels"):
-        (tmp_path / shared).symlink_to(temporary_cache / shared, target_is_directory=True)
+    _link_shared(tmp_path, temporary_cache)
     monkeypatch.setenv("SPECHARNESS_CACHE", str(tmp_path))
     return tmp_path
 

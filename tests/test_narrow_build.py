@@ -95,9 +95,10 @@ def test_a_live_build_is_waited_for_and_its_lock_file_kept_until_it_ends(tmp_pat
 
 
 def test_the_loader_compiles_the_copy_in_the_build_directory_with_no_stale_lock(tmp_path, monkeypatch):
-    """The build directory is named by its real path: the cache here is reached through a symlink, as the test suite's
-    temporary caches reach the user's kernels; named by the link, each new link changed ninja's compile
-    command, and ninja rebuilt the kernels (~65 s beside the other test worker, three times a suite run)."""
+    """The build directory is named by its real path: the cache here is reached through a symlink, as
+    the test suite's temporary caches reach the user's kernels; named by the link, each new link changed
+    ninja's compile command, and ninja rebuilt the kernels (~65 s beside the other test worker, three
+    times a suite run)."""
     (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
     monkeypatch.setenv("SPECHARNESS_CACHE", str(tmp_path / "link"))
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
