@@ -5,7 +5,8 @@
 # head (1100 float32 conversations), in one interleaved compare of vanilla and both heads on the held-apart
 # questions (the 11th-20th of each Spec-Bench subtask, which no head was chosen on), n10-v7's settings and eagle's
 # defaults (tree, budget=auto), then certify and report.
-# About 1 h 50 min on 2 cores from nothing (data ~37 min, teacher pass ~22, training ~35, compare ~15 min).
+# About 1 h 50 min on 2 cores from nothing (data ~37 min, teacher pass ~23, training ~38, compare ~12 min with the
+# graphs built, then certify and the report).
 # Rerunning skips what exists and resumes the compare.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
