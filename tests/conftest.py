@@ -33,7 +33,7 @@ torch.set_num_threads(_pin_xdist_worker())
 
 # Spec-Bench's full file only where a test asks for it (see ``specbench_file``), never by default
 SPEC_BENCH_ENV = "SPECHARNESS_TEST_SPECBENCH"
-_USER_CACHE = Path(os.environ.get("SPECHARNESS_CACHE", Path.home() / ".cache" / "specharness"))
+_USER_CACHE = Path(os.environ.get("SPECHARNESS_CACHE", Path.home() / ".cache" / "specharness")).absolute()
 for _name in ("SPECHARNESS_SPECBENCH", "SPECHARNESS_SPECBENCH_URL"):
     os.environ.pop(_name, None)
 # the engine's "auto" configuration is measured per machine (minutes of compiling); the suite runs

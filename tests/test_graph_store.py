@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("graph_store")  # the suite turns the store
 
 
 @pytest.mark.slow  # 70 s of max-autotune builds; the default run's stand-in: a second model loads in the switch test
-def test_a_second_process_loads_every_graph_from_the_store_and_computes_the_first_ones_logits(tmp_path):
+def test_a_second_process_loads_every_graph_from_the_store_and_computes_the_first_ones_logits(tmp_path, own_cache):
     """Three processes on one fresh store, bfloat16 max-autotune (frozen, oneDNN-packed weights in the
     package): the first builds a package per model, two models of one shape with other weights
     each get their own logits (keyed by shape alone, the second would run the first's weights); the
@@ -29,7 +29,7 @@ def test_a_second_process_loads_every_graph_from_the_store_and_computes_the_firs
     test_compiled's.)"""
     probe = Path(__file__).with_name("inductor_cache_probe.py")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "TORCH_COMPILE"))}
-    env.update(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), SPECHARNESS_CACHE=str(tmp_path / "cache"))
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), SPECHARNESS_CACHE=str(own_cache))
 
     def process(store: str) -> dict:
         done = subprocess.run([sys.executable, str(probe), "1", "2"], env={**env, "SPECHARNESS_AOT_GRAPHS": store},
@@ -41,7 +41,7 @@ def test_a_second_process_loads_every_graph_from_the_store_and_computes_the_firs
     assert all(r["failures"] == {} and r["built"] == 1 and r["loaded"] == 0 for r in first.values()), first
     assert all(r["eager_gap"] < 0.25 for r in first.values())  # each model's own weights ran
     assert first["1"]["logits"] != first["2"]["logits"]
-    assert len(list((tmp_path / "cache" / "graphs").glob("*.pt2"))) == 2
+    assert len(list((own_cache / "graphs").glob("*.pt2"))) == 2
     second = process("1")
     assert all(r["built"] == 0 and r["loaded"] == 1 for r in second.values()), second
     assert [r["logits"] for r in second.values()] == [r["logits"] for r in first.values()]

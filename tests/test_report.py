@@ -213,13 +213,16 @@ def test_identity_table_flags_a_changed_token(tmp_path):
     assert kg and all(v["identical"] == v["turns"] for v in kg)
 
 
-def _shipped_and_old(d, command: str = "python -m specharness compare (fixture)", old: bool = True) -> None:
-    """vanilla, Kangaroo with the shipped adapter (adapter '') and, when ``old``, with another one, in ``d``."""
-    qs = questions(1)
+def _shipped_and_old(d, command: str = "python -m specharness compare (fixture)", old: bool = True,
+                     options: dict | None = None) -> None:
+    """vanilla, Kangaroo with the shipped adapter (adapter '') and, when ``old``, with another one, in ``d``;
+    ``options``: more options both Kangaroo runs share."""
+    qs, shared = questions(1), options or {}
     write_run(d / "vanilla.jsonl", "vanilla", {}, qs, command=command)
-    write_run(d / "shipped.jsonl", "kangaroo", {"adapter": ""}, qs, gamma=2, accept=0.5, command=command)
+    write_run(d / "shipped.jsonl", "kangaroo", {"adapter": "", **shared}, qs, gamma=2, accept=0.5, command=command)
     if old:
-        write_run(d / "old.jsonl", "kangaroo", {"adapter": "/cache/old"}, qs, gamma=2, accept=0.4, command=command)
+        write_run(d / "old.jsonl", "kangaroo", {"adapter": "/cache/adapters/old", **shared}, qs, gamma=2, accept=0.4,
+                  command=command)
 
 
 def test_certification_is_found_by_file_and_by_an_older_files_label(tmp_path):
@@ -369,8 +372,9 @@ def test_bad_looping_options_are_one_line_errors(tmp_path, capsys, flag, value):
 
 
 def test_an_empty_option_value_is_labelled_as_empty_and_a_path_by_its_name(tmp_path):
-    """The shipped checkpoint (adapter '') against another one: the labels say which is which."""
+    """The shipped checkpoint (adapter '') against another one: the labels say which is which, and an
+    option both share (eta) stays out of them."""
     from specharness.report.runs import select_runs
-    _shipped_and_old(tmp_path)
+    _shipped_and_old(tmp_path, options={"eta": 0.6})
     labels = {r.path.stem: r.label for r in select_runs([tmp_path])}
     assert labels == {"vanilla": "vanilla", "shipped": "kangaroo (adapter='')", "old": "kangaroo (adapter=old)"}
