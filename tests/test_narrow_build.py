@@ -150,15 +150,19 @@ def test_a_build_started_in_the_background_is_waited_for_once_and_its_outcome_ke
     assert calls == ["narrow-attention-build"]
 
 
-def test_a_background_build_that_raises_gives_its_reason_not_a_traceback(monkeypatch, capsys):
+@pytest.mark.parametrize("background", [True, False])
+def test_a_build_that_raises_gives_its_reason_not_a_traceback(monkeypatch, capsys, background):
+    """A cache it cannot write fails before the compiler runs, in the background thread or in the first
+    ``available`` (no background build where the engine's switch starts none): one line either way."""
     monkeypatch.setattr(narrow_attention, "_state", {})
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
 
-    def build():
+    def compile_and_load():
         raise PermissionError("cannot write the cache")
 
-    monkeypatch.setattr(narrow_attention, "_build", build)
-    narrow_attention.build_in_background()
+    monkeypatch.setattr(narrow_attention, "_compile_and_load", compile_and_load)
+    if background:
+        narrow_attention.build_in_background()
     assert narrow_attention.available(torch.device("cpu"), narrow_attention.HEAD_DIMS[0]) is False
     assert narrow_attention.reason() == "its build failed (PermissionError: cannot write the cache)"
     err = capsys.readouterr().err

@@ -140,6 +140,15 @@ def _build() -> str | None:
     """Build and load the op once per process; None when it loaded, else why not (one line)."""
     if not torch.cpu._is_avx512_bf16_supported():
         return f"this CPU has no AVX512-BF16 (torch's CPU capability: {torch.backends.cpu.get_cpu_capability()})"
+    try:  # no compiler, no ninja, a compile error, a cache it cannot write: SDPA still works
+        _compile_and_load()
+    except Exception as exc:
+        return f"its build failed ({exception_line(exc)})"
+    torch.library.register_fake("specharness::narrow_attention")(_fake)  # narrow_linear registers its own
+    return None
+
+
+def _compile_and_load() -> None:
     _ninja_on_path()
     from torch.utils import cpp_extension
     digest = build_key()
@@ -152,14 +161,9 @@ def _build() -> str | None:
     if not (build_dir / f"{name}.so").exists():
         print(f"engine: building the engine's C++ kernels (narrow attention and linear) into {build_dir} (once, about 30 s)",
               file=sys.stderr)
-    try:
-        with build_lock(build_dir):
-            cpp_extension.load(name, [str(path) for path in build_sources(build_dir)], extra_cflags=FLAGS,
-                               extra_ldflags=["-fopenmp"], build_directory=str(build_dir), is_python_module=False)
-    except Exception as exc:  # no compiler, no ninja, a compile error: SDPA still works
-        return f"its build failed ({exception_line(exc)})"
-    torch.library.register_fake("specharness::narrow_attention")(_fake)  # narrow_linear registers its own
-    return None
+    with build_lock(build_dir):
+        cpp_extension.load(name, [str(path) for path in build_sources(build_dir)], extra_cflags=FLAGS,
+                           extra_ldflags=["-fopenmp"], build_directory=str(build_dir), is_python_module=False)
 
 
 def _fake(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bias: torch.Tensor, scale: float,
@@ -168,7 +172,7 @@ def _fake(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bias: t
 
 
 def build_in_background(mode: str = "on") -> None:
-    """Start building the op in a thread, so the compiler's ~25 s of one core overlap what the caller
+    """Start building the op in a thread, so the compiler's ~30 s of both cores overlap what the caller
     does meanwhile (a first run converts the model's GGUF file on the other core: ~20 s on the 2-core
     EPYC); ``available`` waits for it. A no-op where it is built, being built, or cannot be."""
     if mode == "off" or "loaded" in _state or "building" in _state or not torch.cpu._is_avx512_bf16_supported():
@@ -176,11 +180,8 @@ def build_in_background(mode: str = "on") -> None:
     _ninja_on_path()
     done: dict[str, str | None] = {}
 
-    def build() -> None:  # what _build raises outside its compile (a cache it cannot write) is why, not a traceback
-        try:
-            done["why"] = _build()
-        except Exception as exc:
-            done["why"] = f"its build failed ({exception_line(exc)})"
+    def build() -> None:
+        done["why"] = _build()
 
     thread = threading.Thread(target=build, name="narrow-attention-build", daemon=True)
     _state["building"] = (thread, done)
