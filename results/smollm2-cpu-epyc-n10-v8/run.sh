@@ -7,7 +7,8 @@
 # n10-v7 (their drafters have not changed since ../smollm2-cpu-epyc-n10-v7-rest measured them): self-spec,
 # lookahead, early_exit, medusa's chain, hf-prompt-lookup. Then certify, the profile, the report. Every option is
 # named, so a later change of defaults does not change what a rerun measures.
-# Run from anywhere on a quiet machine (about 1 h 45 min); rerunning resumes.
+# Run from anywhere on a quiet machine (about 1 h; 62 min on 2026-12-06, the graphs rebuilt in warm-up); rerunning
+# resumes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/smollm2-cpu-epyc-n10-v8}"
