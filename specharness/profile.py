@@ -188,7 +188,22 @@ def hf_costs(target, widths, contexts, log=print, prefills=PREFILLS) -> dict:
     out["prefill_ms"] = {str(n): hf_prefill_ms(target, n) for n in prefills}
     log(f"profile: transformers, {target.dtype}: generate {out['step_ms']:.1f} ms/token; forward "
         + " ".join(f"{w}:{v:.1f}" for w, v in out["by_width"][str(contexts[0])].items()))
+    if why := hf_disturbed(out):
+        log(f"profile: warning: {why}")
     return out
+
+
+def hf_disturbed(h: dict) -> str | None:
+    """Why transformers' timings contradict each other, or None: generate's step runs a
+    one-position forward and more, so a one-position forward timed above the whole step was
+    disturbed, and so are the predictions for transformers' decoders built on it (n10-v8's
+    profile: 61 ms against a 44.8 ms step; timed alone afterwards, 40 against 44)."""
+    one = h.get("by_width", {}).get(str(h.get("step_context")), {}).get("1")
+    if one is None or one <= h["step_ms"]:
+        return None
+    return (f"transformers' one-position forward timed {one:.1f} ms, above generate's whole step ({h['step_ms']:.1f} ms) "
+            "that includes one: one of them was disturbed (other work on the cores?), so the predictions for "
+            "transformers' decoders are unreliable; rerun the profile on a quiet machine")
 
 
 def _built(registry, kind, target, variants: dict | None, log):
@@ -381,6 +396,7 @@ def markdown(p: dict) -> str:
              f"{'Device (HBM)' if p.get('gpu') else 'Read'} bandwidth {p['bandwidth_gbs']:.1f} GB/s. Rooflines (weight bytes / bandwidth): " + ", ".join(
                  f"{d} {ms_text(r['ms'])} ms" for d, r in p["rooflines"].items()) + ". transformers' generate: " + ", ".join(
                  f"{d} {h['step_ms']:.1f} ms/token" for d, h in p["hf_generate"].items()) + ".\n",
+             *(f"**Warning** ({d}): {why}.\n" for d, h in p["hf_generate"].items() if (why := hf_disturbed(h))),
              f"Command: `{p['command']}`\n",
              "| dtype | compile | context | " + " | ".join(f"T={w}" for w in widths) + " | T=8 / T=1 | T=32 / T=1 | "
              "step / fp32 roofline |", "|" + "---|" * (len(widths) + 6)]

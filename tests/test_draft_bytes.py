@@ -84,3 +84,17 @@ def test_the_profile_gives_per_token_cost_over_the_byte_roofline():
     assert "| early_exit | 1.00 | 3.00 | 1.00 ms (20.0) | 3.00 | 3.00 | 0.40 |" in text  # 3 ms against 1 ms at 20 GB/s
     p["drafters_config"] = {"dtype": "float32", "compile": "none"}  # the drafters ran in another engine: no rate
     assert "| early_exit | 1.00 | 3.00 | 1.00 ms (20.0) | 3.00 | - | 0.40 |" in markdown(p)
+
+
+def test_the_profile_says_when_transformers_timings_contradict_each_other():
+    """generate's step includes a one-position forward: a forward timed above the step was
+    disturbed, and profile.md says so above the tables (a consistent pair says nothing)."""
+    from specharness.profile import hf_disturbed, markdown
+    h = {"step_ms": 44.8, "step_context": 256, "by_width": {"256": {"1": 61.1, "4": 49.9}}}
+    p = {"model": "m", "cpu": "c", "threads": 2, "torch": "t", "bandwidth_gbs": 20.0, "command": "x",
+         "rooflines": {"bfloat16": {"ms": 13.5}}, "hf_generate": {"bfloat16": h}, "configs": []}
+    assert "61.1 ms, above generate's whole step (44.8 ms)" in hf_disturbed(h)
+    assert "**Warning** (bfloat16): transformers' one-position forward timed 61.1 ms" in markdown(p)
+    h["by_width"]["256"]["1"] = 40.2
+    assert hf_disturbed(h) is None and "Warning" not in markdown(p)
+    assert hf_disturbed({"step_ms": 44.8}) is None  # nothing timed by width: nothing to contradict
