@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# Token Recycling's matrix kept across questions (warm=true), alone and as SAM's fallback, against the defaults
-# (matrix emptied for each question), with vanilla and pld, in one interleaved compare on the held-apart questions
-# (the 11th-20th of each Spec-Bench subtask: no default was chosen on them), n10-v8's settings, then certify and
-# report. Why: in n10-v8 a third of sam's rounds (34%) and over half of recycling's (57%) drafted nothing (a token
-# with no successors known yet, and no earlier match), each a full verification for one token.
+# Two levers for the rounds that draft nothing, in one interleaved compare with vanilla, pld and the defaults on the
+# held-apart questions (the 11th-20th of each Spec-Bench subtask: no default was chosen on them), n10-v8's settings,
+# then certify and report. Why: in n10-v8 a third of sam's rounds (34%) and over half of recycling's (57%) drafted
+# nothing (a token with no successors known yet, and no earlier match), each a full verification for one token.
+# 1. Token Recycling's matrix kept across questions (warm=true), alone and as SAM's fallback.
+# 2. SAM's static corpus (the paper's lever): the 2200 answers SmolLM2 wrote for its self-distillation set
+#    (corpus.py; no benchmark text, and sam refuses a corpus quoting a question), 429k tokens, built in ~3 s.
 # Warm, the matrix a question starts from holds what the questions before it (in file order, each method its own
 # drafter) taught, never its own answer: a turn run again (warm-up, repeats) starts from the matrix its first run
-# started from. About 25 min on 2 cores with the graphs built. Rerunning resumes the compare.
+# started from. About 30 min on 2 cores with the graphs built. Rerunning resumes the compare.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-results/smollm2-recycling-warm}"
 BENCH="${SPECBENCH:-../shared/specbench/question.jsonl}"
+DATA="${DATA:-$HOME/.cache/specharness/selfdistill/SmolLM2-135M-Instruct-94eb442e35/data}"  # the 2200 conversations written in bfloat16 (train ... -o conversations=2200 -o gen_dtype=bfloat16 -o gen_batch=64)
 python results/smollm2-cpu-epyc-eagle-budget/held_apart.py "$BENCH" "$OUT/questions.jsonl" 10 20
+[ -f "$OUT/corpus.txt" ] || python "$OUT/corpus.py" "$DATA" "$OUT/corpus.txt"
 python -m specharness compare \
-    --methods "vanilla,pld,recycling,recycling:warm=true,sam,sam:fallback_options=warm=true" \
+    --methods "vanilla,pld,recycling,recycling:warm=true,sam,sam:fallback_options=warm=true,sam:corpus=$OUT/corpus.txt" \
     --bench-file "$OUT/questions.jsonl" --max-new-tokens 128 --repeats 2 --warmup 1 --threads 2 \
     --out-dir "$OUT/runs" --resume 2>&1 | grep --line-buffered -v $'\r' | tee -a "$OUT/compare.log"
 python -m specharness lossless --certify "$OUT/runs" --bench-file "$OUT/questions.jsonl" 2>&1 | tee "$OUT/certify.log" \
