@@ -141,7 +141,7 @@ def prefill_ms(target, length: int, repeats: int = 5) -> float:
                          after=lambda: cache.crop(0), sync=target.device.type == "cuda")
 
 
-def hf_step_ms(target, context: int = 256, new: int = 32) -> float:
+def hf_step_ms(target, context: int = 256, new: int = 32, repeats: int = 3) -> float:
     """transformers' generate: ms per generated token (the prefill subtracted: new vs one token)."""
     ids = random_ids(target, context, 2, batch=True)
     clock = clock_for(target.device)  # synchronises on CUDA: generate's last kernels are timed too
@@ -154,8 +154,8 @@ def hf_step_ms(target, context: int = 256, new: int = 32) -> float:
         return clock() - started
 
     run(4)
-    one = statistics.median(run(1) for _ in range(3))
-    full = statistics.median(run(new) for _ in range(3))
+    one = statistics.median(run(1) for _ in range(repeats))
+    full = statistics.median(run(new) for _ in range(repeats))
     return 1e3 * (full - one) / (new - 1)
 
 
@@ -172,6 +172,16 @@ def hf_forward_ms(target, context: int, width: int, repeats: int = 7) -> float:
                          after=lambda: cache.crop(-width), sync=target.device.type == "cuda")
 
 
+def hf_step_and_forward_ms(target, context: int, rounds: int = 3) -> tuple[float, float]:
+    """generate's step and a one-position forward at ``context``, timed in turns (medians of
+    ``rounds``): the step includes such a forward, and the difference is what generate spends around
+    it, so a disturbance must fall on both or on neither (timed one after the other, n10-v8's
+    profile had the forward 16 ms above the whole step)."""
+    pairs = [(hf_step_ms(target, context=context, repeats=1), hf_forward_ms(target, context, 1, repeats=3))
+             for _ in range(rounds)]
+    return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+
+
 def hf_prefill_ms(target, length: int, repeats: int = 3) -> float:
     ids = random_ids(target, length, 4, batch=True)
     with torch.inference_mode():
@@ -183,8 +193,10 @@ def hf_costs(target, widths, contexts, log=print, prefills=PREFILLS) -> dict:
     """transformers' side of the profile in ``target``'s dtype: generate's step, its forward by width
     and context, its prefill by length; ``step_ms`` minus the one-position forward is what
     ``generate`` spends around each forward (logits processing, stopping checks, cache updates)."""
-    out = {"step_ms": hf_step_ms(target, context=contexts[0]), "step_context": contexts[0]}
-    out["by_width"] = {str(c): {str(w): hf_forward_ms(target, c, w) for w in widths} for c in contexts}
+    step, one = hf_step_and_forward_ms(target, contexts[0])
+    out = {"step_ms": step, "step_context": contexts[0]}
+    out["by_width"] = {str(c): {str(w): one if (c, w) == (contexts[0], 1) else hf_forward_ms(target, c, w)
+                                for w in widths} for c in contexts}
     out["prefill_ms"] = {str(n): hf_prefill_ms(target, n) for n in prefills}
     log(f"profile: transformers, {target.dtype}: generate {out['step_ms']:.1f} ms/token; forward "
         + " ".join(f"{w}:{v:.1f}" for w, v in out["by_width"][str(contexts[0])].items()))

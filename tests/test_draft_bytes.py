@@ -98,3 +98,25 @@ def test_the_profile_says_when_transformers_timings_contradict_each_other():
     h["by_width"]["256"]["1"] = 40.2
     assert hf_disturbed(h) is None and "Warning" not in markdown(p)
     assert hf_disturbed({"step_ms": 44.8}) is None  # nothing timed by width: nothing to contradict
+
+
+def test_the_profile_times_generates_step_and_the_forward_it_includes_in_turns(monkeypatch):
+    """A disturbance during one of them alone made n10-v8's forward(1) exceed the whole step: the
+    two are timed alternately and each is the median of its turns; other widths as before."""
+    from types import SimpleNamespace
+
+    from specharness import profile
+    calls, steps, ones = [], iter([50.0, 44.0, 45.0]), iter([61.0, 40.0, 41.0])
+    monkeypatch.setattr(profile, "hf_step_ms", lambda t, context, repeats: calls.append("step") or next(steps))
+
+    def forward(t, context, width, repeats=7):
+        calls.append(f"forward {context}/{width}")
+        return next(ones) if width == 1 and context == 256 else float(width)
+    monkeypatch.setattr(profile, "hf_forward_ms", forward)
+    monkeypatch.setattr(profile, "hf_prefill_ms", lambda t, n: 1.0)
+    out = profile.hf_costs(SimpleNamespace(dtype="bfloat16"), widths=[1, 4], contexts=[256, 1024],
+                           log=lambda line: None, prefills=(64,))
+    assert calls[:6] == ["step", "forward 256/1"] * 3
+    assert calls[6:] == ["forward 256/4", "forward 1024/1", "forward 1024/4"]
+    assert out["step_ms"] == 45.0 and out["by_width"]["256"] == {"1": 41.0, "4": 4.0}
+    assert profile.hf_disturbed(out) is None
