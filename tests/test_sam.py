@@ -79,17 +79,45 @@ def test_a_repetition_continues_with_its_own_drafts():
     assert _proposal([9, 1, 2, 3, 1, 2, 3, 1, 2], k=7, min_match=2).tokens == [3, 1, 2, 3, 1, 2, 3]
 
 
-def test_a_corpus_match_drafts_when_it_is_longer():
+def test_a_corpus_match_drafts_when_it_is_longer_and_long_enough():
     corpus = SuffixAutomaton([7, 7, 1, 2, 3, 4, 5, 6])
-    p = _proposal([9, 2, 8, 1, 2, 3], k=3, min_match=2, corpus=corpus)
+    p = _proposal([9, 2, 8, 1, 2, 3], k=3, min_match=2, corpus=corpus, corpus_min_match=3)
     assert (p.tokens, p.source) == ([4, 5, 6], "corpus")
-    p = _proposal([9, 2, 8, 1, 2, 3], k=3, min_match=4, corpus=corpus, short_matches=False)  # 3 tokens: too short
+    p = _proposal([9, 2, 8, 1, 2, 3], k=3, min_match=2, corpus=corpus, corpus_min_match=4,
+                  short_matches=False)  # 3 tokens: too short
     assert (p.tokens, p.source) == ([], "")
-    p = _proposal([4, 5, 9, 4, 5], k=2, min_match=2, corpus=corpus)  # a tie: the text's own
+    p = _proposal([4, 5, 9, 4, 5], k=2, min_match=2, corpus=corpus, corpus_min_match=2)  # a tie: the text's own
     assert (p.tokens, p.source) == ([9, 4], "text")
     # the corpus's longer match ends the corpus (nothing follows it): the text's own match drafts
-    p = _proposal([9, 1, 2, 3, 7, 0, 1, 2, 3], k=3, min_match=2, corpus=SuffixAutomaton([0, 1, 2, 3]))
+    p = _proposal([9, 1, 2, 3, 7, 0, 1, 2, 3], k=3, min_match=2, corpus=SuffixAutomaton([0, 1, 2, 3]),
+                  corpus_min_match=2)
     assert (p.tokens, p.source) == ([7, 0, 1], "text")
+
+
+class Fixed:
+    """A fallback that always proposes ``tokens`` (none: recycling before the token's row is filled)."""
+    exit_layer, max_width = 0, 1
+
+    def __init__(self, tokens: list[int]) -> None:
+        self.tokens = tokens
+
+    def begin(self, state, h):
+        pass
+
+    def propose(self, state):
+        return Proposal(list(self.tokens))
+
+
+def test_a_short_corpus_match_gives_way_to_the_fallback_then_to_the_texts_own():
+    """A 3-token match in a large corpus keeps less than the fallback's draft or a 1-token match in
+    the text itself: below corpus_min_match (default 5) it drafts only when neither has anything."""
+    corpus = SuffixAutomaton([7, 7, 1, 2, 3, 4, 5, 6])
+    ids = [9, 3, 8, 1, 2, 3]  # the corpus matches '1 2 3'; the text its own '3' once, followed by 8 1 2
+    assert _proposal(ids, k=3, min_match=2, corpus=corpus, fallback=Fixed([42])).source == "fallback"
+    p = _proposal(ids, k=3, min_match=2, corpus=corpus, fallback=Fixed([]))
+    assert (p.tokens, p.source) == ([8, 1, 2], "text, short")
+    p = _proposal([9, 8, 1, 2, 3], k=3, min_match=2, corpus=corpus, fallback=Fixed([]))  # the text has no match
+    assert (p.tokens, p.source) == ([4, 5, 6], "corpus, short")
 
 
 def test_a_short_match_drafts_when_the_fallback_has_nothing():
