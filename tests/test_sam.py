@@ -162,12 +162,27 @@ def test_greedy_identical_to_vanilla_on_every_subtask(smol, vanilla_greedy, iden
     assert set(sources) <= {"text", "text, short", "fallback", ""}
 
 
+def test_greedy_identical_to_vanilla_with_a_corpus(smol, vanilla_greedy, identity_questions, registry, tmp_path):
+    """The corpus path (its own automaton, continuations that end with the corpus) keeps greedy
+    output identical too; a low bar makes it draft."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("The capital of France is Paris. Here is a short answer to your question, step by step.\n"
+                      "In summary, the main points are the following. I hope this helps! Let me know if you need more.\n")
+    sources, d = Counter(), _drafter(registry, smol, f"corpus={corpus}:corpus_min_match=2")
+    for q in identity_questions:
+        prompt = smol.chat_ids([{"role": "user", "content": q.turns[0]}])
+        g = generate(smol, d, greedy, prompt, 40)
+        assert g.token_ids == vanilla_greedy(prompt, 40), f"sam with a corpus differs from vanilla on {q.subtask}"
+        sources.update(r.source for r in g.rounds[1:])
+    assert sources["corpus"] + sources["corpus, short"] > 0  # the corpus drafted somewhere
+
+
 @pytest.mark.parametrize("opts, needle", [
     ("fallback=medusa", "one of none, recycling, eagle"), ("min_match=0", "outside"), ("k=0", "outside"),
     ("fallback_options=depth", "is not KEY=VALUE"), ("fallback=none:fallback_options=top_k=2", "drop one"),
     ("fallback=eagle:fallback_options=depth=0+top_k=2", "outside"),
     ("fallback_options=nodes=0", "outside"), ("fallback_options=depth=2", "has no option 'depth'"),
-    ("corpus=/no/such/file.txt", "no such file"),
+    ("corpus=/no/such/file.txt", "no such file"), ("corpus_min_match=0", "outside"),
 ])
 def test_bad_options_are_one_line_errors(smol, registry, opts, needle):
     with pytest.raises(UsageError) as err:

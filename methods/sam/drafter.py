@@ -58,6 +58,19 @@ OPTIONS = [
 ]
 
 
+def continuation(text: list[int], end: int, budget: int, own: bool) -> list[int]:
+    """Up to ``budget`` tokens that followed the occurrence ending at ``end``. In the text's own
+    automaton (``own``), an occurrence running into the present goes on with its own drafts (the
+    text repeating); a corpus's simply ends."""
+    drafts: list[int] = []
+    for j in range(end + 1, end + 1 + budget):
+        if j < len(text):
+            drafts.append(text[j])
+        elif own:
+            drafts.append(drafts[j - len(text)])
+    return drafts
+
+
 class SamDrafter:
     exit_layer = 0  # drafts are verified by a full target forward from the embeddings
 
@@ -93,12 +106,7 @@ class SamDrafter:
             found.append(("corpus", self.other.match, self.corpus.text))
         found = [f for f in found if f[0] in shortest and f[1].length >= shortest[f[0]]]
         for source, (length, end), text in sorted(found, key=lambda f: -f[1].length):  # stable: text first on a tie
-            drafts: list[int] = []
-            for j in range(end + 1, end + 1 + budget):  # past the text's end, a repetition goes on with its own drafts
-                if j < len(text):
-                    drafts.append(text[j])
-                elif source == "text":
-                    drafts.append(drafts[j - len(text)])
+            drafts = continuation(text, end, budget, own=source == "text")
             if drafts:
                 return source, drafts
         return "", []

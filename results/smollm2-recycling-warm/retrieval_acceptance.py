@@ -8,7 +8,7 @@ import json
 import sys
 
 from specharness.methods.sam.automaton import Matcher, SuffixAutomaton
-from specharness.methods.sam.drafter import load_corpus
+from specharness.methods.sam.drafter import continuation, load_corpus
 from specharness.model.target import TargetModel
 from specharness.runner import prompt_ids
 from specharness.tasks.specbench import load_questions
@@ -19,17 +19,6 @@ target = TargetModel.load("smollm2")
 corpus = load_corpus(target, corpus_file)
 questions = {q.question_id: q for q in load_questions(qfile)}
 seen = collections.defaultdict(lambda: [0, 0])  # (source, match length capped at 8) -> [positions, tokens kept]
-
-
-def continuation(text: list[int], end: int, own: bool) -> list[int]:
-    """What followed the occurrence ending at ``end``; the text's own repeats its drafts past its end (as sam)."""
-    out: list[int] = []
-    for j in range(end + 1, end + 1 + K):
-        if j < len(text):
-            out.append(text[j])
-        elif own:
-            out.append(out[j - len(text)])
-    return out
 
 
 def kept(drafts: list[int], truth: list[int]) -> int:
@@ -55,7 +44,7 @@ for line in open(runs):
                 if length:
                     s = seen[(source, min(length, 8))]
                     s[0] += 1
-                    s[1] += kept(continuation(text, end, source == "text"), truth)
+                    s[1] += kept(continuation(text, end, K, own=source == "text"), truth)
             own.extend(answer[i])
             other.step(answer[i])
         messages.append({"role": "assistant", "content": rec["choices"][0]["turns"][turn]})
