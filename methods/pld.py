@@ -1,7 +1,8 @@
 """``pld``: prompt lookup decoding (Saxena, 2023) inside the engine: no training, no extra weights.
 
 The drafts are what followed the most recent earlier occurrence of the sequence's last n-gram
-(n from ``max_ngram`` down to ``min_ngram``, the longest that matches), up to ``k`` tokens. An
+(n from ``max_ngram`` down to ``min_ngram``, the longest that matches), up to ``k`` tokens; each
+round's source is its match's n ("3-gram"), so ``budget=auto`` sizes long and short matches apart. An
 index of every n-gram's positions is built at ``begin`` and extended at ``commit``, so a round's
 lookup costs a dictionary access, not a scan. ``branches > 1`` drafts a tree instead: the
 continuations of the ``branches`` most recent matches (distinct first tokens) as sibling chains.
@@ -66,12 +67,13 @@ class PromptLookup:
                     chains.append(chain)
                     if len(chains) == self.branches:
                         break
+            source = f"{n}-gram"  # how long a match drafted: a 1-gram's drafts are kept far less often
             if len(chains) == 1:
-                return Proposal(chains[0])
+                return Proposal(chains[0], source=source)
             trie = Trie()
             for chain in chains:
                 trie.insert(chain)
-            return Proposal(trie.tokens, parents=trie.parents)
+            return Proposal(trie.tokens, parents=trie.parents, source=source)
         return Proposal()
 
     def commit(self, state: DecodeState, verified: Verified) -> None:

@@ -30,8 +30,9 @@ class Proposal:
     draft's *parent* node from which its children were drawn in order without replacement (for a
     chain: the distribution draft i was drawn from), or ``q`` is None: drafts chosen
     deterministically. ``hidden`` holds the states entering layer ``layer`` for every node
-    (current token first), so verification runs only layers [layer, L). ``source`` names which of a
-    composite drafter's parts proposed (sam: "text", "corpus", "fallback"); results keep it per round.
+    (current token first), so verification runs only layers [layer, L). ``source`` names where the
+    drafts came from (sam: "text", "corpus", "fallback"; pld: "3-gram" ... "1-gram"): results keep it
+    per round, and ``budget=auto`` sizes each source's rounds apart (``specharness.budget``).
     """
 
     tokens: list[int] = field(default_factory=list)

@@ -21,7 +21,14 @@ round the size with the most tokens per second so far:
   the rest of a round at that size) are summed, recent rounds weighing more (``DECAY``); a smaller
   size is chosen only when ``MARGIN`` faster than a larger one;
 - the first ``FIRST`` rounds run the method's own size; later, every ``EXPLORE``-th round tries the
-  next size up, so larger sizes are measured again when the text changes.
+  next size up, so larger sizes are measured again when the text changes;
+- a drafter with several sources (``Proposal.source``: SAM's long matches, short matches and fallback;
+  pld's 3-, 2- and 1-gram matches) keeps a tally per source and each source gets its own size: a
+  1-token match keeps 0.60 tokens, a 2-token one 1.65 (``results/smollm2-recycling-warm``), so one
+  size cannot suit both. The drafter proposes with room for the largest size any source gets, and
+  its proposal is cut to its source's. A source's size is the one that makes the whole generation
+  fastest, the other sources' rounds as they ran: a source whose rounds keep little yields time to
+  the others even where its own rounds alone would run a hair faster larger.
 
 Lossless: the size depends only on earlier rounds, never on this round's drafts, and a cut keeps a
 prefix of the drafts (a chain's first n, or a tree's first n nodes with their parents). Deterministic:
@@ -91,48 +98,110 @@ class Costs:
 
 
 @dataclass
+class Tally:
+    """One source's rounds, decayed sums: per size what the rounds that say so would have kept (tokens
+    a round: kept + 1), cost, and how many they were; and all its rounds at the sizes they ran."""
+
+    tokens: dict[int, float] = field(default_factory=dict)
+    seconds: dict[int, float] = field(default_factory=dict)
+    weight: dict[int, float] = field(default_factory=dict)
+    ran_tokens: float = 0.0
+    ran_seconds: float = 0.0
+    ran_weight: float = 0.0
+    rounds: int = 0
+
+    def age(self) -> None:
+        for sums in self.tokens, self.seconds, self.weight:
+            for n in sums:
+                sums[n] *= DECAY
+        self.ran_tokens *= DECAY
+        self.ran_seconds *= DECAY
+        self.ran_weight *= DECAY
+
+    def per_round(self, n: int) -> tuple[float, float]:
+        """Tokens and seconds of this source's rounds, scaled to all of them, had they run at size ``n``
+        (a size measured fewer rounds, or long ago, counts at its rounds' mean, not at its faded sum)."""
+        scale = self.ran_weight / self.weight[n]
+        return self.tokens[n] * scale, self.seconds[n] * scale
+
+
+@dataclass
 class Sizer:
     """One generation's draft sizes (see the module's docstring)."""
 
     costs: Costs
     sizes: list[int]
     width: Callable[[int], int]
-    tokens: dict[int, float] = field(default_factory=dict)  # size -> decayed sum of tokens a round
-    seconds: dict[int, float] = field(default_factory=dict)  # size -> decayed sum of a round's cost
+    tallies: dict[str, Tally] = field(default_factory=dict)  # source -> its rounds
     rounds: int = 0
 
-    def rate(self, n: int) -> float:
-        return self.tokens[n] / self.seconds[n] if self.seconds.get(n) else 0.0
+    def _others(self, source: str) -> tuple[float, float]:
+        """Tokens and seconds of every other source's rounds, at the sizes they ran."""
+        rest = [t for s, t in self.tallies.items() if s != source]
+        return sum(t.ran_tokens for t in rest), sum(t.ran_seconds for t in rest)
 
-    def best(self) -> int:
+    def rate(self, n: int, source: str = "") -> float:
+        """The generation's tokens per second had ``source``'s rounds run at size ``n``."""
+        t = self.tallies.get(source)
+        if t is None or not t.seconds.get(n):
+            return 0.0
+        tokens, seconds = self._others(source)
+        mine_tokens, mine_seconds = t.per_round(n)
+        return (tokens + mine_tokens) / (seconds + mine_seconds)
+
+    def best(self, source: str = "") -> int:
         """The size with the most tokens per second; a smaller size must beat a larger one by ``MARGIN``
-        (rounds that draft nothing cost every size alike, but its measured costs differ by noise)."""
+        of this source's share of the time (rounds that draft nothing cost every size alike, but its
+        measured costs differ by noise)."""
+        t = self.tallies.get(source)
+        if t is None:
+            return self.sizes[-1]
+        _, others = self._others(source)
         best = None
         for n in reversed(self.sizes):
-            if n in self.tokens and (best is None or self.rate(n) > (1 + MARGIN) * self.rate(best)):
+            if n not in t.tokens:
+                continue
+            if best is None:
+                best = n
+                continue
+            mine = t.per_round(best)[1]
+            if self.rate(n, source) > (1 + MARGIN * mine / (others + mine)) * self.rate(best, source):
                 best = n
         return self.sizes[-1] if best is None else best
 
-    def next(self) -> int:
-        if self.rounds < FIRST:
+    def next(self, source: str = "") -> int:
+        """The size for a round whose drafts came from ``source``."""
+        t = self.tallies.get(source)
+        rounds = t.rounds if t else 0
+        if rounds < FIRST:
             return self.sizes[-1]
-        n = self.best()
-        if self.rounds % EXPLORE == 0 and n < self.sizes[-1]:
+        n = self.best(source)
+        if rounds % EXPLORE == 0 and n < self.sizes[-1]:
             return self.sizes[self.sizes.index(n) + 1]
         return n
 
-    def observe(self, size: int, drafted: int, path: tuple[int, ...]) -> None:
-        """A round run at ``size`` that verified ``drafted`` drafts and kept the nodes ``path``."""
+    def room(self) -> int:
+        """The room a drafter proposes into, before its source is known: the largest size any source
+        seen so far gets (the method's own size before any round)."""
+        return max((self.next(s) for s in self.tallies), default=self.sizes[-1])
+
+    def observe(self, size: int, drafted: int, path: tuple[int, ...], source: str = "") -> None:
+        """A round from ``source`` run at ``size`` that verified ``drafted`` drafts and kept the nodes ``path``."""
         self.rounds += 1
-        for n in self.tokens:  # every round ages every size's sums, so a size last measured long ago
-            self.tokens[n] *= DECAY  # yields to its next measurement
-            self.seconds[n] *= DECAY
+        for t in self.tallies.values():  # every round ages every sum, so a size last measured long ago yields
+            t.age()  # to its next measurement, and a source's weight is how often it drafted lately
+        t = self.tallies.setdefault(source, Tally())
+        t.rounds += 1
         for n in self.sizes:
             if n > size and drafted >= size:
                 continue  # a larger size might have drafted more: unknown
             kept = sum(1 for node in path if node <= n)  # ancestors are numbered lower: a prefix of the path
-            self.tokens[n] = self.tokens.get(n, 0.0) + 1 + kept
-            self.seconds[n] = self.seconds.get(n, 0.0) + self.costs.round(min(drafted, n), n, self.width)
+            t.tokens[n] = t.tokens.get(n, 0.0) + 1 + kept
+            t.seconds[n] = t.seconds.get(n, 0.0) + self.costs.round(min(drafted, n), n, self.width)
+            t.weight[n] = t.weight.get(n, 0.0) + 1
+        t.ran_tokens += 1 + len(path)
+        t.ran_seconds += self.costs.round(drafted, size, self.width)
+        t.ran_weight += 1
 
 
 class AutoBudget:

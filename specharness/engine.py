@@ -75,10 +75,11 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
     stop = "eos" if acc.next_token in eos else "length"
     while stop != "eos" and len(state.ids) - n_prompt < max_new_tokens:
         timer.start()
-        if sizer:
-            state.budget = sizer.next()
+        if sizer:  # room for the largest size any source gets, then the size of the source that proposed
+            state.budget = sizer.room()
         prop = drafter.propose(state)
         if sizer:
+            state.budget = min(state.budget, sizer.next(prop.source))
             prop = trim(prop, state.budget)
         timer.mark()  # drafted
         drafts, pos, current = prop.tokens, state.pos, state.ids[-1]
@@ -115,7 +116,7 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
                                        {layer: h[nodes] for layer, h in (out.captured or {}).items()},
                                        [current, *drafts], out.logits))
         if sizer:
-            sizer.observe(state.budget, k, path)
+            sizer.observe(state.budget, k, path, prop.source)
         timer.mark()  # accepted
         draft_s, verify_s, accept_s = timer.split()
         kept = min(len(path), len(new))

@@ -116,7 +116,7 @@ def acceptance_rate(records: Records) -> float:
 
 
 def by_source(records: Records) -> dict[str, dict[str, float]]:
-    """Per proposer of a composite drafter (``Proposal.source``; "" = a round nothing drafted):
+    """Per source of a drafter's proposals (``Proposal.source``; "" = a round nothing drafted):
     its share of the verification rounds, drafts and kept drafts per round, and draft seconds per
     round. Empty for files whose rounds name no source."""
     rows: dict[str, list[tuple]] = {}

@@ -32,7 +32,7 @@ class Round:
     # depth d needs a drafted child of the path's node at depth d - 1 (lossless level c counts these)
     rejected_at: int = 0
     budget: int = 0  # the round's draft size under ``budget=auto`` (0: the method's own, unsized)
-    source: str = ""  # which part of a composite drafter proposed (``Proposal.source``; "" for the others)
+    source: str = ""  # where the drafts came from (``Proposal.source``; "" for a drafter with one source)
 
 
 @dataclass
@@ -73,7 +73,7 @@ class TurnRounds:
     accept_s: list[float] | None = None
     width: list[int] | None = None  # forward widths (absent in older files: drafted + 1)
     budget: list[int] | None = None  # each round's draft size under budget=auto (absent: unsized)
-    source: list[str] | None = None  # which part of a composite drafter proposed each round (absent: one part)
+    source: list[str] | None = None  # where each round's drafts came from (absent: one source)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "TurnRounds":

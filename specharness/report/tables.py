@@ -243,8 +243,8 @@ def acceptance(runs: list[Run]) -> list[Section]:
 
 
 def sources(runs: list[Run]) -> list[Section]:
-    """Every file whose rounds name their proposer (a composite drafter such as sam): who drafted how
-    often, and what each kept and cost."""
+    """Every file whose rounds name their source (sam's match or fallback, pld's match length): which
+    drafted how often, and what each kept and cost."""
     rows, data = [], {}
     for r in sorted(runs, key=lambda r: (r.short, r.label)):
         parts = metrics.by_source(r.records)
@@ -253,11 +253,13 @@ def sources(runs: list[Run]) -> list[Section]:
                          _num(d["accepted"], digits=2), _num(d["acceptance"]), _num(d["draft_s"], 1e3, 2)])
         if parts:
             data[r.label] = parts
-    if not rows:  # no composite drafter here: nothing to say (no note either)
+    if not rows:  # no drafter with sources here: nothing to say (no note either)
         return []
     header = ["File", "Proposer", "Rounds", "Drafts/round", "Kept/round", "Accept. rate", "Draft ms/round"]
     caption = ("Composite drafters: which part proposed each verification round (sam: its text's own match, the "
                "corpus's, or the fallback drafter), over all subtasks.")
+    if any(src.endswith("-gram") for parts in data.values() for src in parts):
+        caption += " pld: the n-gram length of its match."
     return [Table("sources", "Proposers.", caption, header, rows, data)]
 
 
