@@ -4,7 +4,7 @@ conversations of the shared self-distillation set. Each trainer's report.json me
 its own way (EAGLE's depth 2 reruns every position on the head's features, not what a draft meets);
 this puts both on the drafting-exact one.
 
-    python results/smollm2-eagle3/agreement.py --out DIR NAME=HEAD_DIR_OR_'shipped' ...
+    python results/smollm2-eagle3/agreement.py --out DIR [--conversations N] [-o KEY=VALUE ...] NAME=HEAD_DIR_OR_'shipped' ...
 
 NAME starts with 'eagle3' for an EAGLE-3 head. Writes DIR/agreement.json and DIR/agreement.md.
 """
@@ -36,6 +36,8 @@ def main() -> int:
     ap.add_argument("heads", nargs="+", metavar="NAME=DIR")
     ap.add_argument("--out", required=True)
     ap.add_argument("--conversations", type=int, default=1100)
+    ap.add_argument("-o", dest="recipe", action="append", default=[], metavar="KEY=VALUE",
+                    help="another option of the data's recipe (gen_dtype=bfloat16 for the 2200-conversation set)")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
@@ -43,7 +45,7 @@ def main() -> int:
     session = Session(engine_request(argparse.Namespace(model="smollm2", dtype="float32", compile="none", device="cpu",
                                                         threads=args.threads, engine="auto")))
     target = session.target
-    opts = resolve_options("agreement", sd.RECIPE_OPTIONS, [f"conversations={args.conversations}"])
+    opts = resolve_options("agreement", sd.RECIPE_OPTIONS, [f"conversations={args.conversations}", *args.recipe])
     ds, meta, _ = sd.load_or_generate(target, sd.recipe(opts), sd.data_dir(target, opts, sd.recipe(opts)))
     _, held = sd.split_rows(len(ds), opts)
     rows_ds = ds.select(held)
