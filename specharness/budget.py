@@ -100,7 +100,8 @@ class Costs:
 @dataclass
 class Tally:
     """One source's rounds, decayed sums: per size what the rounds that say so would have kept (tokens
-    a round: kept + 1), cost, and how many they were; and all its rounds at the sizes they ran."""
+    a round: kept + 1), cost, and how many they were, aged by the source's own rounds; and all its rounds
+    at the sizes they ran, aged by every round."""
 
     tokens: dict[int, float] = field(default_factory=dict)
     seconds: dict[int, float] = field(default_factory=dict)
@@ -110,10 +111,14 @@ class Tally:
     ran_weight: float = 0.0
     rounds: int = 0
 
-    def age(self) -> None:
+    def age_sizes(self) -> None:
+        """Per size: a round of this source's own since weighs ``DECAY`` less."""
         for sums in self.tokens, self.seconds, self.weight:
             for n in sums:
                 sums[n] *= DECAY
+
+    def age_ran(self) -> None:
+        """What ran: any round since weighs ``DECAY`` less, so this source's weight is how often it drafted lately."""
         self.ran_tokens *= DECAY
         self.ran_seconds *= DECAY
         self.ran_weight *= DECAY
@@ -188,10 +193,11 @@ class Sizer:
     def observe(self, size: int, drafted: int, path: tuple[int, ...], source: str = "") -> None:
         """A round from ``source`` run at ``size`` that verified ``drafted`` drafts and kept the nodes ``path``."""
         self.rounds += 1
-        for t in self.tallies.values():  # every round ages every sum, so a size last measured long ago yields
-            t.age()  # to its next measurement, and a source's weight is how often it drafted lately
+        for other in self.tallies.values():
+            other.age_ran()
         t = self.tallies.setdefault(source, Tally())
-        t.rounds += 1
+        t.age_sizes()  # a size last measured long ago yields to its next measurement; a source seen one round
+        t.rounds += 1  # in four keeps its per-size means over its own last rounds, not over a faded few
         for n in self.sizes:
             if n > size and drafted >= size:
                 continue  # a larger size might have drafted more: unknown
