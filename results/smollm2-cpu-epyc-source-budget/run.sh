@@ -6,7 +6,7 @@
 # the fallback kept warm, ../smollm2-recycling-warm's fastest) each at its own size and with -o budget=auto, and
 # vanilla, on the held-apart questions (the 11th-20th of each Spec-Bench subtask, as ../smollm2-recycling-warm),
 # n10-v8's settings, then certify and report. About 40 min on 2 cores with the graphs built. Rerunning resumes.
-# runs/ ran at 2b0bcc0 (a source's per-size sums aged by every round: its own check out reruns it); second/ after
+# runs/ ran at a6b00a4 (a source's per-size sums aged by every round: its check out reruns it); second/ after
 # the fix (aged by the source's own rounds), pld and sam at their defaults only: about 30 min more.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
