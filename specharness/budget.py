@@ -53,7 +53,8 @@ if TYPE_CHECKING:
 CHOICES = ("max", "auto")
 OPTION = OptionSpec("budget", "str", "max", "draft size per round: 'max' = the method's own size every round; "
                     "'auto' = the size (1, 3, 7 ... drafts: full width buckets) with the most tokens per second, "
-                    "from verification costs measured after warm-up and this generation's acceptance",
+                    "from verification costs measured after warm-up and this generation's acceptance, "
+                    "per source where the drafter names one (pld's match length, sam's match or fallback)",
                     choices=CHOICES)
 FIRST = 3  # rounds at the method's own size before choosing (every size <= it is then measured)
 EXPLORE = 8  # every EXPLORE-th round tries the next size up
