@@ -139,40 +139,35 @@ class Sizer:
     sizes: list[int]
     width: Callable[[int], int]
     tallies: dict[str, Tally] = field(default_factory=dict)  # source -> its rounds
-    rounds: int = 0
 
-    def _others(self, source: str) -> tuple[float, float]:
-        """Tokens and seconds of every other source's rounds, at the sizes they ran."""
-        rest = [t for s, t in self.tallies.items() if s != source]
-        return sum(t.ran_tokens for t in rest), sum(t.ran_seconds for t in rest)
-
-    def rate(self, n: int, source: str = "") -> float:
-        """The generation's tokens per second had ``source``'s rounds run at size ``n``."""
-        t = self.tallies.get(source)
-        if t is None or not t.seconds.get(n):
-            return 0.0
-        tokens, seconds = self._others(source)
-        mine_tokens, mine_seconds = t.per_round(n)
-        return (tokens + mine_tokens) / (seconds + mine_seconds)
+    @property
+    def rounds(self) -> int:
+        return sum(t.rounds for t in self.tallies.values())
 
     def best(self, source: str = "") -> int:
-        """The size with the most tokens per second; a smaller size must beat a larger one by ``MARGIN``
-        of this source's share of the time (rounds that draft nothing cost every size alike, but its
-        measured costs differ by noise)."""
+        """The size with the most tokens per second for the whole generation, had ``source``'s rounds run
+        at it (every other source's rounds as they ran); a smaller size must beat a larger one by
+        ``MARGIN`` of this source's share of the time (rounds that draft nothing cost every size alike,
+        but its measured costs differ by noise)."""
         t = self.tallies.get(source)
         if t is None:
             return self.sizes[-1]
-        _, others = self._others(source)
+        others = [o for s, o in self.tallies.items() if s != source]
+        tokens, seconds = sum(o.ran_tokens for o in others), sum(o.ran_seconds for o in others)
+
+        def rate(n: int) -> float:
+            mine_tokens, mine_seconds = t.per_round(n)
+            return (tokens + mine_tokens) / (seconds + mine_seconds) if seconds + mine_seconds else 0.0
+
         best = None
         for n in reversed(self.sizes):
             if n not in t.tokens:
                 continue
-            if best is None:
-                best = n
-                continue
-            mine = t.per_round(best)[1]
-            if self.rate(n, source) > (1 + MARGIN * mine / (others + mine)) * self.rate(best, source):
-                best = n
+            if best is not None:
+                mine = t.per_round(best)[1]
+                if not rate(n) > (1 + MARGIN * mine / (seconds + mine)) * rate(best):
+                    continue
+            best = n
         return self.sizes[-1] if best is None else best
 
     def next(self, source: str = "") -> int:
@@ -193,7 +188,6 @@ class Sizer:
 
     def observe(self, size: int, drafted: int, path: tuple[int, ...], source: str = "") -> None:
         """A round from ``source`` run at ``size`` that verified ``drafted`` drafts and kept the nodes ``path``."""
-        self.rounds += 1
         for other in self.tallies.values():
             other.age_ran()
         t = self.tallies.setdefault(source, Tally())

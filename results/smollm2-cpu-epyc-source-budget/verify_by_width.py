@@ -7,32 +7,34 @@ what ``budget=auto`` calibrated after warm-up (``warmup.budget`` in the headers)
 from __future__ import annotations
 
 import collections
-import json
 import statistics
 import sys
 from pathlib import Path
 
+from specharness.model import WIDTH_BUCKETS
+from specharness.results import iter_result_files, read_meta, read_results
+
 
 def bucket(width: int) -> int:
-    return next(b for b in (2, 4, 8, 16) if width <= b)  # the EPYC's narrowest graph is 2 wide
+    return next(b for b in WIDTH_BUCKETS if b >= max(2, width))  # the EPYC's narrowest graph is 2 wide
 
 
 def main(runs: Path) -> None:
     calibrated = {}
-    for meta in sorted(runs.glob("*.meta.json")):
-        calibrated.update(json.loads(meta.read_text()).get("warmup", {}).get("budget") or {})
+    for f in iter_result_files(runs):
+        calibrated.update(read_meta(f).get("warmup", {}).get("budget") or {})
     print("calibrated verify ms (warm-up, context 256):")
     for label, c in calibrated.items():
         print(f"  {label}: {c['verify_ms']}")
     print("in the run: median verify ms by width bucket (rounds after the prefill); sizes by source under budget=auto")
-    for f in sorted(runs.glob("*.jsonl")):
+    for f in iter_result_files(runs):
         by_width, sizes = collections.defaultdict(list), collections.Counter()
-        for line in f.open():
-            for rounds in json.loads(line)["choices"][0]["rounds"]:
-                for i in range(1, len(rounds["drafted"])):
-                    by_width[bucket(rounds["width"][i])].append(rounds["verify_s"][i])
-                    if "budget" in rounds and rounds["drafted"][i]:
-                        sizes[((rounds.get("source") or [""] * len(rounds["drafted"]))[i], rounds["budget"][i])] += 1
+        for record in read_results(f)[1]:
+            for t in record.rounds:
+                for i, width in enumerate(t.widths()[1:], 1):
+                    by_width[bucket(width)].append(t.verify_s[i])
+                    if t.budget and t.drafted[i]:
+                        sizes[((t.source or [""] * len(t.drafted))[i], t.budget[i])] += 1
         widths = {w: round(1e3 * statistics.median(v), 2) for w, v in sorted(by_width.items())}
         print(f"  {f.name.split('-bfloat16')[0]}: {widths}")
         for source in sorted({s for s, _ in sizes}):
