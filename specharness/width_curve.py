@@ -31,13 +31,15 @@ def choose_route(curve: dict[int, float], faster: float = FASTER) -> dict[int, i
     return route
 
 
-def verify_seconds(target: "TargetModel", layer: int, widths: list[int], reps: int = 5) -> dict[int, float]:
-    """Median seconds of a verification forward (layers [layer, L) with the head, at context 256) at
-    each width, timed round-robin so drift falls on every width alike; the first pass of each warms it."""
+def verify_seconds(target: "TargetModel", layer: int, widths: list[int], reps: int = 5,
+                   context: int = 256) -> dict[int, float]:
+    """Median seconds of a verification forward (layers [layer, L) with the head, at ``context``, or as
+    near as the target's context allows) at each width, timed round-robin so drift falls on every width
+    alike; the first pass of each warms it."""
     import torch  # here: the summary reads this module's threshold without loading torch
     # a routed verification runs at its route's wider width (padding rows write cache slots too)
     room = max(max(widths), *((getattr(target.backend, "route", None) or {}).get(w, w) for w in widths))
-    context = max(0, min(256, target.max_context - room))
+    context = max(0, min(context, target.max_context - room))
     times: dict[int, list[float]] = {w: [] for w in widths}
     with torch.inference_mode():  # the engine's tensors are inference tensors, and compiled graphs guard on that
         cache = target.new_cache(context + room)

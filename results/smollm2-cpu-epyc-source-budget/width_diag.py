@@ -6,16 +6,16 @@ at fixed sizes 1/3/7 on 12 questions (the 11th-12th of each Spec-Bench subtask),
     python results/smollm2-cpu-epyc-source-budget/width_diag.py ../shared/specbench/question.jsonl
 
 About 4 minutes on an idle 2-core machine (graphs loaded from the store). width_diag.txt is its output at 59bb15c
-(2026-12-06, torch 2.13.0+cpu, transformers 5.25.0, 2 threads, bfloat16 max-autotune).
+(2026-12-06, torch 2.13.0+cpu, transformers 5.25.0, 2 threads, bfloat16 max-autotune), when the sweeps timed
+with a copy of ``verify_seconds``'s loop (same forwards, order and repeats); they now call it with a context.
 """
 import statistics, sys, json
-from time import perf_counter
-import torch
 from specharness.session import Session, EngineRequest
 from specharness.runner import Settings, warm_up, prompt_ids
 from specharness.tasks.specbench import load_questions, select
 from specharness.budget import Sizer, Costs
 from specharness.engine import generate
+from specharness.width_curve import verify_seconds
 
 sess = Session(EngineRequest(threads=2))
 t = sess.target
@@ -27,17 +27,8 @@ s = Settings(128, 0.0, 0)
 info = warm_up(t, [m], pick, s)
 print("calibrated", json.dumps(info.get("budget")), "curve", info.get("verify_ms_by_width"), flush=True)
 
-def timed(widths, context, reps=15):
-    times = {w: [] for w in widths}
-    with torch.inference_mode():
-        cache = t.new_cache(context + max(widths) + 8)
-        for rep in range(reps + 1):
-            for w in widths:
-                x = torch.zeros(w, dtype=torch.long)
-                cache.crop(0); cache.lengths[:] = [context] * len(cache.lengths)
-                st = perf_counter(); t.forward(x, cache, context, 0, head=True)
-                if rep: times[w].append(perf_counter() - st)
-    return {w: round(statistics.median(v) * 1e3, 2) for w, v in times.items()}
+def timed(widths, context, reps=15):  # the calibration's own timing loop, at another context and more repeats
+    return {w: round(v * 1e3, 2) for w, v in verify_seconds(t, 0, widths, reps, context).items()}
 
 def sweep(tag):
     for c in (64, 128, 256, 512, 1024):
