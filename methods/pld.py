@@ -4,9 +4,16 @@ The drafts are what followed the most recent earlier occurrence of the sequence'
 (n from ``max_ngram`` down to ``min_ngram``, the longest that matches), up to ``k`` tokens; each
 round's source is its match's n ("3-gram"), so ``budget=auto`` sizes long and short matches apart. An
 index of every n-gram's positions is built at ``begin`` and extended at ``commit``, so a round's
-lookup costs a dictionary access, not a scan. ``branches > 1`` drafts a tree instead: the
-continuations of the ``branches`` most recent matches (distinct first tokens) as sibling chains.
-Drafts are deterministic; sampling verifies them as point masses (lossless).
+lookup costs a dictionary access, not a scan.
+
+Where the n-gram occurred several times, its ``occurrences`` most recent occurrences vote: their
+continuations are merged into a trie and the round drafts the ``nodes`` prefixes most of them share
+(shallower first on a tie, then the more recent), a tree where they disagree. Covering a second
+first token beats a deeper chain from one occurrence: on held-apart Spec-Bench answers (greedy, no
+model forward) it kept 1.84 tokens a round against 1.75 for the latest occurrence's chain of 7 at the
+same 8 positions (``results/smollm2-cpu-epyc-pld-votes``). ``occurrences=1`` is the original: one
+chain from the latest occurrence. Drafts are deterministic; sampling verifies them as point masses
+(lossless).
 """
 
 from __future__ import annotations
@@ -24,18 +31,22 @@ OPTIONS = [
     OptionSpec("min_ngram", "int", 1, "shortest n-gram looked up", min=1),
     OptionSpec("k", "int", 7, "most tokens drafted per continuation (7: the current token + 7 = 8 positions, "
                "the width the engine verifies at the cost of one)", min=1),
-    OptionSpec("branches", "int", 1, "continuations drafted as a tree (1 = one chain)", min=1),
+    OptionSpec("occurrences", "int", 16, "most recent occurrences of the matched n-gram whose continuations vote "
+               "(1 = the latest occurrence's chain, the original pld)", min=1),
+    OptionSpec("nodes", "int", 7, "drafts per round: the continuation prefixes most occurrences share (7 + the "
+               "current token = 8 positions, one compiled width bucket)", min=1),
 ]
 
 
 class PromptLookup:
     exit_layer = 0
 
-    def __init__(self, max_ngram: int, min_ngram: int, k: int, branches: int) -> None:
+    def __init__(self, max_ngram: int, min_ngram: int, k: int, occurrences: int, nodes: int) -> None:
         if min_ngram > max_ngram:
             raise UsageError(f"option pld.min_ngram={min_ngram} exceeds pld.max_ngram={max_ngram}")
-        self.max_n, self.min_n, self.k, self.branches = max_ngram, min_ngram, k, branches
-        self.max_width = branches * k + 1
+        self.max_n, self.min_n, self.k, self.occurrences = max_ngram, min_ngram, k, occurrences
+        self.nodes = min(nodes, k * occurrences)  # no more drafts than the continuations hold
+        self.max_width = self.nodes + 1
         self.index: dict[tuple, list[int]] = {}
         self.seen = 0
 
@@ -59,21 +70,14 @@ class PromptLookup:
             starts = self.index.get(tuple(ids[-n:])) if len(ids) >= n else None
             if not starts:
                 continue
-            chains, firsts = [], set()
-            for start in reversed(starts):  # most recent first
-                chain = ids[start:start + budget]
-                if chain and chain[0] not in firsts:
-                    firsts.add(chain[0])
-                    chains.append(chain)
-                    if len(chains) == self.branches:
-                        break
             source = f"{n}-gram"  # how long a match drafted: a 1-gram's drafts are kept far less often
-            if len(chains) == 1:
-                return Proposal(chains[0], source=source)
+            if self.occurrences == 1:  # the original: no trie to build
+                return Proposal(ids[starts[-1]:starts[-1] + min(budget, self.nodes)], source=source)
             trie = Trie()
-            for chain in chains:
-                trie.insert(chain)
-            return Proposal(trie.tokens, parents=trie.parents, source=source)
+            for start in starts[:-self.occurrences - 1:-1]:  # most recent first: it wins a tie
+                trie.insert(ids[start:start + budget])
+            tokens, parents = trie.ranked(self.nodes)
+            return Proposal(tokens, parents=parents, source=source)
         return Proposal()
 
     def commit(self, state: DecodeState, verified: Verified) -> None:
@@ -81,11 +85,12 @@ class PromptLookup:
 
 
 def build(target, options: dict) -> PromptLookup:
-    return PromptLookup(options["max_ngram"], options["min_ngram"], options["k"], options["branches"])
+    return PromptLookup(options["max_ngram"], options["min_ngram"], options["k"], options["occurrences"],
+                        options["nodes"])
 
 
 @hookimpl
 def specharness_drafters() -> list[DrafterSpec]:
     return [DrafterSpec("pld", build, OPTIONS, sizable=True, params=lambda target, options: 0,
-                        help="prompt lookup: draft what followed the last n-gram's latest earlier occurrence "
-                             "(a tree of several occurrences with -o branches=N); no training")]
+                        help="prompt lookup: draft what followed the last n-gram's earlier occurrences (the "
+                             "latest ones vote: a tree where they disagree); no training")]

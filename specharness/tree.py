@@ -95,12 +95,15 @@ def _shared(parents: tuple[int, ...]) -> Tree:
 class Trie:
     """A proposal's drafts built from token paths below the current token (node 0), merged where
     they share a prefix, so siblings are distinct: ``tokens`` and ``parents`` are what a
-    ``Proposal`` takes (node i + 1 is draft i)."""
+    ``Proposal`` takes (node i + 1 is draft i). Each node counts the paths through it, so
+    ``ranked`` can keep the drafts most paths agree on."""
 
     def __init__(self) -> None:
         self.tokens: list[int] = []
         self.parents: list[int] = []
         self.child: dict[tuple[int, int], int] = {}
+        self.votes: list[int] = []  # paths through draft i
+        self.depth: list[int] = []  # draft i's depth below the current token (1 = its child)
 
     def insert(self, path: list[int] | tuple[int, ...]) -> int:
         """Add ``path`` below the root; returns the node of its last token (0 for an empty path)."""
@@ -110,6 +113,22 @@ class Trie:
             if nxt is None:
                 self.tokens.append(tok)
                 self.parents.append(node)
+                self.votes.append(0)
+                self.depth.append(self.depth[node - 1] + 1 if node else 1)
                 nxt = self.child[(node, tok)] = len(self.tokens)
+            self.votes[nxt - 1] += 1
             node = nxt
         return node
+
+    def ranked(self, n: int) -> tuple[list[int], list[int] | None]:
+        """The ``n`` drafts the most inserted paths pass through, shallower first on a tie, then the
+        one inserted first: ``(tokens, parents)`` best first (what a size cut keeps), parents None
+        for a chain. A parent has at least its child's votes and is shallower, so it always ranks
+        above it: the kept nodes form a tree."""
+        order = sorted(range(len(self.tokens)), key=lambda i: (-self.votes[i], self.depth[i], i))[:n]
+        node = {0: 0}
+        for new, old in enumerate(order, 1):
+            node[old + 1] = new
+        parents = [node[self.parents[i]] for i in order]
+        tokens = [self.tokens[i] for i in order]
+        return tokens, None if parents == list(range(len(parents))) else parents

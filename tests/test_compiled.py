@@ -186,7 +186,7 @@ def test_warm_up_compiles_static_graphs_only_for_verification_widths():
     question = Question("q", "qa", "qa", [WARM_QUESTION])
     warm_up(t, [build_method(registry, "vanilla", [], t, 0.0)], [question], Settings(4, warmup=1))
     assert {g.width for g in t.backend.graphs} == {1, "wide"}
-    pld = build_method(registry, "pld", ["k=3", "branches=2"], t, 0.0)
+    pld = build_method(registry, "pld", ["k=3", "nodes=6"], t, 0.0)
     assert pld.max_width == 7
     warm_up(t, [pld], [question], Settings(4, warmup=1))
     assert {g.width for g in t.backend.graphs} == {1, 2, 4, 8, "wide"}

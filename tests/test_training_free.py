@@ -18,7 +18,7 @@ from specharness.runner import build_method
 from specharness.model import TargetModel
 from specharness.verify import greedy, speculative_sampling
 
-METHODS = {"pld": ["branches=1", "branches=3"], "recycling": ["nodes=15", "nodes=7:top_k=4"],
+METHODS = {"pld": ["occurrences=1", "", "occurrences=4:nodes=15"], "recycling": ["nodes=15", "nodes=7:top_k=4"],
            "lookahead": [""],
            # a hand-given mask: the search's calibration data would cost minutes per fresh cache;
            # long drafting chains (eta=0) are covered on the tiny model by the sampling test
@@ -47,7 +47,7 @@ def test_greedy_identical_to_vanilla_on_every_subtask(smol, vanilla_greedy, iden
     assert accepted > 0  # drafts were accepted somewhere: the speculative path ran
 
 
-@pytest.mark.parametrize("name, opts", [("pld", "branches=2:k=3"), ("recycling", "nodes=7:top_k=3"),
+@pytest.mark.parametrize("name, opts", [("pld", "occurrences=4:k=3:nodes=6"), ("recycling", "nodes=7:top_k=3"),
                                         ("lookahead", "window=2:ngram=3:guesses=2"), ("self-spec", "skip=m1:eta=0"),
                                         ("sam", "fallback=none:min_match=1:k=3"),
                                         ("sam", "min_match=2:k=3:fallback_options=nodes=7+top_k=3")])
@@ -157,3 +157,21 @@ def test_matchness_is_one_for_the_full_model_and_lower_when_skipping():
     seqs = [(ids, mask)]
     assert matchness(tiny, seqs, ((), ())) == 1.0
     assert matchness(tiny, seqs, ((0, 1, 2), (0, 1, 2))) < 1.0
+
+
+def test_pld_occurrences_vote_and_one_occurrence_is_the_latest_chain():
+    """After ``1 2``: the latest occurrence goes on ``9 9``, two earlier ones ``3 4``. Voting drafts
+    the shared ``3 4`` first and covers the latest one's first token beside it; ``occurrences=1``
+    drafts the latest chain alone, as pld always did."""
+    from types import SimpleNamespace
+    from specharness.methods.pld import PromptLookup
+    ids = [1, 2, 3, 4, 7, 1, 2, 3, 4, 8, 1, 2, 9, 9, 5, 1, 2]
+    state = SimpleNamespace(ids=ids, max_new_tokens=1000, prompt_len=len(ids), max_draft=100)
+    votes, latest = PromptLookup(2, 1, 3, 16, 4), PromptLookup(2, 1, 3, 1, 7)
+    for d in (votes, latest):
+        d.begin(state, None)
+    p = votes.propose(state)
+    assert (p.tokens, p.parents, p.source) == ([3, 4, 9, 9], [0, 1, 0, 3], "2-gram")
+    assert votes.max_width == 5
+    p = latest.propose(state)
+    assert (p.tokens, p.parents) == ([9, 9, 5], None)

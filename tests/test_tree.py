@@ -172,3 +172,20 @@ def test_trie_merges_shared_prefixes_into_a_valid_tree():
     for node, kids in enumerate(tree.children):
         toks = [trie.tokens[k - 1] for k in kids]
         assert len(toks) == len(set(toks))  # siblings distinct
+
+
+def test_trie_ranked_keeps_the_drafts_most_paths_share_as_a_tree():
+    """Votes first, then the shallower node, then the one inserted first; what is kept is closed under
+    parents (renumbered), and a kept chain comes back as one (parents None)."""
+    from specharness.tree import Trie
+    trie = Trie()
+    for path in ([5, 6, 7], [5, 6, 8], [9, 1], [5, 2]):  # 5 x3, 6 x2, 9/7/8/2/1 x1
+        trie.insert(path)
+    assert trie.votes == [3, 2, 1, 1, 1, 1, 1] and trie.depth == [1, 2, 3, 3, 1, 2, 2]
+    tokens, parents = trie.ranked(4)  # 5, 6, then the shallow 9 before any depth-2/3 single vote
+    assert tokens == [5, 6, 9, 1] and parents == [0, 1, 0, 3]
+    assert trie.ranked(2) == ([5, 6], None)  # a chain
+    tokens, parents = trie.ranked(100)
+    assert sorted(tokens) == sorted(trie.tokens)
+    assert all(p < i + 1 for i, p in enumerate(parents))  # parents before children
+    Tree.from_drafts(parents, len(tokens))  # a valid tree
