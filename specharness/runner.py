@@ -180,6 +180,20 @@ def prompt_ids(target: TargetModel, messages: list[dict], max_new_tokens: int) -
     return kept, len(ids) - len(kept)
 
 
+def recorded_turns(target: TargetModel, record: dict, q: Question, max_new_tokens: int) -> list[tuple[list[int], list[int]]]:
+    """A result record's turns as ``run_question`` ran them: each turn's prompt ids (chat template, the
+    earlier answers as text, cut as the run cut them) beside the answer's token ids. Greedy answers are
+    the target's whatever drafted them, so a token-only drafter's acceptance, or a head's agreement, can be
+    replayed on them without generating (``results/smollm2-cpu-epyc-pld-votes/acceptance.py``)."""
+    messages: list[dict] = []
+    turns = []
+    for text, answer in zip(q.turns, record["choices"][0]["token_ids"]):
+        messages.append({"role": "user", "content": text})
+        turns.append((prompt_ids(target, messages, max_new_tokens)[0], answer))
+        messages.append({"role": "assistant", "content": target.decode(answer)})
+    return turns
+
+
 RoundObserver = Callable[[Round, RoundContext], None]
 Warn = Callable[[str], None]
 

@@ -85,6 +85,8 @@ def test_compiled_tree_and_generation_equal_eager(pair):
     assert generate(c1, NoDraft(), greedy, [1, 2, 3], 12).token_ids == generate(e1, NoDraft(), greedy, [1, 2, 3], 12).token_ids
 
 
+@pytest.mark.slow  # 37 s; by default the warm-up test below checks every bucket up to a drafter's widest, and
+# test_engine_choice that each compile is announced before it starts
 def test_precompile_covers_every_bucket_up_to_the_widest_draft(pair):
     _, (c1, _) = pair
     generate(c1, NoDraft(), greedy, [1, 2, 3], 4)

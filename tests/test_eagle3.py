@@ -143,6 +143,12 @@ def test_trainer_learns_saves_and_loads(tiny, tmp_path):
     ev = e3t.evaluate(EagleHead.for_target(tiny).float(), tiny, Conversations(sd.load(data)[0].select([0, 1]), feats,
                                                                               tiny, None, normed=False), [0, 1], None, None)
     assert ev["positions"] > 0 and 0 <= ev["top1_depth2"] <= 1
+    assert all(ev[f"top4_depth{j}"] >= ev[f"top1_depth{j}"] for j in (1, 2, 3))  # a top 4 holds the top 1
+    V = tiny.vocab_size  # the whole vocabulary always holds the argmax: recall 1 at every depth
+    every = e3t.evaluate(EagleHead.for_target(tiny).float(), tiny, Conversations(sd.load(data)[0].select([0, 1]), feats,
+                                                                                 tiny, None, normed=False), [0, 1], None,
+                         None, top=V)
+    assert [every[f"top{V}_depth{j}"] for j in (1, 2, 3)] == [1.0, 1.0, 1.0]
 
 
 def test_sam_falls_back_to_eagle3(smol, vanilla_greedy, first_questions):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from specharness.cli import main
-from specharness.runner import MAX_PROMPT_TOKENS, prompt_ids
+from specharness.runner import MAX_PROMPT_TOKENS, prompt_ids, recorded_turns
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven clever cats watch from the garden wall".split()
 OBSERVER = ("import sys\nfrom specharness.hookspecs import hookimpl\n"
@@ -44,7 +44,8 @@ def test_an_overlong_prompt_is_cut_with_one_warning_before_its_prefill(long_cont
     bench = tmp_path / "question.jsonl"
     bench.write_text("".join(json.dumps(q) + "\n" for q in [
         {"question_id": 7001, "category": "summarization", "turns": [long_text()]},
-        {"question_id": 7002, "category": "summarization", "turns": ["Summarize: the cat sat on the mat."]}]))
+        {"question_id": 7002, "category": "summarization", "turns": ["Summarize: the cat sat on the mat."]},
+        {"question_id": 7003, "category": "writing", "turns": ["Name a colour.", "And another one?"]}]))
     observer = tmp_path / "observer.py"
     observer.write_text(OBSERVER)
     out = tmp_path / "long.jsonl"
@@ -66,6 +67,15 @@ def test_an_overlong_prompt_is_cut_with_one_warning_before_its_prefill(long_cont
     assert records[7001]["truncated"] == [True] and records[7002]["truncated"] == [False]
     prefill_width = records[7001]["choices"][0]["rounds"][0]["width"][0]
     assert prefill_width <= MAX_PROMPT_TOKENS  # the work a prefill does is bounded, whatever the prompt
+    # a record's turns rebuilt for replay are the prompts the run prefilled, cut and multi-turn alike
+    from specharness.model import TargetModel
+    from specharness.tasks.specbench import load_questions
+    model, questions = TargetModel.load(str(long_context_dir)), {q.question_id: q for q in load_questions(bench)}
+    for qid in (7001, 7003):
+        turns = recorded_turns(model, records[qid], questions[qid], 8)
+        assert [len(p) for p, _ in turns] == [r["width"][0] for r in records[qid]["choices"][0]["rounds"]]
+        assert [a for _, a in turns] == records[qid]["choices"][0]["token_ids"]
+    assert len(turns) == 2
 
 
 def test_truncation_keeps_the_chat_template_and_the_latest_text(long_context_dir):

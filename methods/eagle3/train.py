@@ -87,10 +87,12 @@ def step_rows(sel: torch.Tensor, j: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 @torch.no_grad()
 def evaluate(head: EagleHead, target: TargetModel, convs: Conversations, indices: list[int], subset, rows,
-             steps: int = 3) -> dict:
+             steps: int = 3, top: int = 4) -> dict:
     """Held-out top-1 agreement with the target's argmax at depths 1..``steps``, the head unrolled on its
-    own outputs as it drafts, and ``top1_own_prefix`` (depth 2 where depth 1 was right)."""
-    hits, total = [0] * steps, [0] * steps
+    own outputs as it drafts, and ``top1_own_prefix`` (depth 2 where depth 1 was right). Also
+    ``top{top}_depth{j}``: the argmax among the head's ``top`` best at that depth (still unrolled on its
+    top 1), what a tree's ``top_k`` siblings can catch and a top-1 chain cannot."""
+    hits, within, total = [0] * steps, [0] * steps, [0] * steps
     after, after_hit = 0, 0
     for i in indices:
         ids, raw, sel, _, _, argmax = convs(i)
@@ -101,11 +103,13 @@ def evaluate(head: EagleHead, target: TargetModel, convs: Conversations, indices
         right = []
         for j, out in enumerate(outs):
             r, k = step_rows(sel, j)
-            pred = logits_of(target, out[r], subset).argmax(-1)
-            got = rows[pred] if rows is not None else pred
+            scores = logits_of(target, out[r], subset)
+            best = scores.topk(min(top, scores.shape[-1]), -1).indices
+            best = rows[best] if rows is not None else best
             ok = torch.zeros(m, dtype=torch.bool)
-            ok[r] = got == argmax[k]
+            ok[r] = best[:, 0] == argmax[k]
             hits[j] += int(ok.sum())
+            within[j] += int((best == argmax[k].unsqueeze(-1)).any(-1).sum())
             total[j] += len(r)
             valid = torch.zeros(m, dtype=torch.bool)
             valid[r] = True
@@ -115,6 +119,7 @@ def evaluate(head: EagleHead, target: TargetModel, convs: Conversations, indices
             after += int((ok0 & valid1).sum())
             after_hit += int((ok0 & ok1).sum())
     out = {f"top1_depth{j + 1}": hits[j] / max(total[j], 1) for j in range(steps)}
+    out.update({f"top{top}_depth{j + 1}": within[j] / max(total[j], 1) for j in range(steps)})
     return {**out, "top1_own_prefix": after_hit / max(after, 1) if steps > 1 else None, "positions": total[0]}
 
 

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from specharness.methods.pld import OPTIONS, build
 from specharness.model.target import TargetModel
 from specharness.options import resolve_options
-from specharness.runner import prompt_ids
+from specharness.runner import recorded_turns
 from specharness.tasks.specbench import load_questions
 
 
@@ -32,14 +32,8 @@ def kept(prop, truth: list[int]) -> int:
 runs, qfile, variants = sys.argv[1], sys.argv[2], sys.argv[3:]
 target = TargetModel.load("smollm2")
 questions = {q.question_id: q for q in load_questions(qfile)}
-turns = []  # (subtask, prompt ids, answer ids)
-for line in open(runs):
-    rec = json.loads(line)
-    q, messages = questions[rec["question_id"]], []
-    for turn, answer in enumerate(rec["choices"][0]["token_ids"]):
-        messages.append({"role": "user", "content": q.turns[turn]})
-        turns.append((rec["subtask"], prompt_ids(target, messages, 128)[0], answer))
-        messages.append({"role": "assistant", "content": rec["choices"][0]["turns"][turn]})
+turns = [(rec["subtask"], prompt, answer) for rec in map(json.loads, open(runs))
+         for prompt, answer in recorded_turns(target, rec, questions[rec["question_id"]], 128)]
 print(f"{len(turns)} turns of {runs}")
 print("options | CR | tree rounds | " + " | ".join(sorted({t[0] for t in turns})))
 for variant in variants:
