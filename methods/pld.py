@@ -1,8 +1,8 @@
 """``pld``: prompt lookup decoding (Saxena, 2023) inside the engine: no training, no extra weights.
 
-The drafts are what followed the most recent earlier occurrence of the sequence's last n-gram
-(n from ``max_ngram`` down to ``min_ngram``, the longest that matches), up to ``k`` tokens; each
-round's source is its match's n ("3-gram"), so ``budget=auto`` sizes long and short matches apart. An
+The drafts are what followed earlier occurrences of the sequence's last n-gram (n from ``max_ngram``
+down to ``min_ngram``, the longest that matches), up to ``k`` tokens deep and ``nodes`` drafts in all;
+each round's source is its match's n ("3-gram"), so ``budget=auto`` sizes long and short matches apart. An
 index of every n-gram's positions is built at ``begin`` and extended at ``commit``, so a round's
 lookup costs a dictionary access, not a scan.
 
@@ -11,8 +11,9 @@ continuations are merged into a trie and the round drafts the ``nodes`` prefixes
 (shallower first on a tie, then the more recent), a tree where they disagree. Covering a second
 first token beats a deeper chain from one occurrence: on held-apart Spec-Bench answers (greedy, no
 model forward) it kept 1.84 tokens a round against 1.75 for the latest occurrence's chain of 7 at the
-same 8 positions (``results/smollm2-cpu-epyc-pld-votes``). ``occurrences=1`` is the original: one
-chain from the latest occurrence. Drafts are deterministic; sampling verifies them as point masses
+same 8 positions (``results/smollm2-cpu-epyc-pld-votes``). ``occurrences=1`` with ``nodes >= k`` (as
+by default) is the original: one chain of ``k`` from the latest occurrence (``nodes`` caps it otherwise).
+Drafts are deterministic; sampling verifies them as point masses
 (lossless).
 """
 
@@ -29,10 +30,9 @@ from specharness.tree import Trie
 OPTIONS = [
     OptionSpec("max_ngram", "int", 3, "longest n-gram looked up", min=1),
     OptionSpec("min_ngram", "int", 1, "shortest n-gram looked up", min=1),
-    OptionSpec("k", "int", 7, "most tokens drafted per continuation (7: the current token + 7 = 8 positions, "
-               "the width the engine verifies at the cost of one)", min=1),
+    OptionSpec("k", "int", 7, "most tokens drafted after one occurrence: the draft tree's depth", min=1),
     OptionSpec("occurrences", "int", 16, "most recent occurrences of the matched n-gram whose continuations vote "
-               "(1 = the latest occurrence's chain, the original pld)", min=1),
+               "(1, with nodes >= k: the latest occurrence's chain, the original pld)", min=1),
     OptionSpec("nodes", "int", 7, "drafts per round: the continuation prefixes most occurrences share (7 + the "
                "current token = 8 positions, one compiled width bucket)", min=1),
 ]

@@ -180,6 +180,19 @@ def prompt_ids(target: TargetModel, messages: list[dict], max_new_tokens: int) -
     return kept, len(ids) - len(kept)
 
 
+def ask(target: TargetModel, messages: list[dict], text: str, max_new_tokens: int) -> tuple[list[int], int]:
+    """Add a user turn to ``messages``: the prompt ids its answer starts from, and the tokens cut."""
+    messages.append({"role": "user", "content": text})
+    return prompt_ids(target, messages, max_new_tokens)
+
+
+def answered(target: TargetModel, messages: list[dict], token_ids: list[int]) -> str:
+    """Add the model's answer to ``messages`` as a later turn sees it, its decoded text; returns that text."""
+    text = target.decode(token_ids)
+    messages.append({"role": "assistant", "content": text})
+    return text
+
+
 def recorded_turns(target: TargetModel, record: dict, q: Question, max_new_tokens: int) -> list[tuple[list[int], list[int]]]:
     """A result record's turns as ``run_question`` ran them: each turn's prompt ids (chat template, the
     earlier answers as text, cut as the run cut them) beside the answer's token ids. Greedy answers are
@@ -188,9 +201,8 @@ def recorded_turns(target: TargetModel, record: dict, q: Question, max_new_token
     messages: list[dict] = []
     turns = []
     for text, answer in zip(q.turns, record["choices"][0]["token_ids"]):
-        messages.append({"role": "user", "content": text})
-        turns.append((prompt_ids(target, messages, max_new_tokens)[0], answer))
-        messages.append({"role": "assistant", "content": target.decode(answer)})
+        turns.append((ask(target, messages, text, max_new_tokens)[0], answer))
+        answered(target, messages, answer)
     return turns
 
 
@@ -206,8 +218,7 @@ def run_question(target: TargetModel, method: Method, q: Question, s: Settings,
     res = QuestionResult(q.question_id, q.category, q.subtask, method.label, seed=seed)
     messages: list[dict] = []
     for t, text in enumerate(q.turns):
-        messages.append({"role": "user", "content": text})
-        ids, cut = prompt_ids(target, messages, s.max_new_tokens)
+        ids, cut = ask(target, messages, text, s.max_new_tokens)
         if cut and warn:
             warn(f"warning: question {q.question_id} turn {t + 1}: prompt of {len(ids) + cut} tokens left-truncated "
                  f"to {len(ids)} ({cut} cut; at most {prompt_room(target, s.max_new_tokens)} prompt tokens)")
@@ -216,9 +227,7 @@ def run_question(target: TargetModel, method: Method, q: Question, s: Settings,
             context = RoundContext(method.label, q.question_id, t)
             observe = lambda rd, context=context: on_round(rd, context)  # noqa: E731
         gen = method.generate(ids, s, seed + t, observe)
-        answer = target.decode(gen.token_ids)
-        messages.append({"role": "assistant", "content": answer})
-        res.turns.append(answer)
+        res.turns.append(answered(target, messages, gen.token_ids))
         res.generations.append(gen)
         res.truncated.append(cut > 0)
         res.wall_time_repeats.append([gen.wall_time])

@@ -144,11 +144,18 @@ def test_trainer_learns_saves_and_loads(tiny, tmp_path):
                                                                               tiny, None, normed=False), [0, 1], None, None)
     assert ev["positions"] > 0 and 0 <= ev["top1_depth2"] <= 1
     assert all(ev[f"top4_depth{j}"] >= ev[f"top1_depth{j}"] for j in (1, 2, 3))  # a top 4 holds the top 1
-    V = tiny.vocab_size  # the whole vocabulary always holds the argmax: recall 1 at every depth
-    every = e3t.evaluate(EagleHead.for_target(tiny).float(), tiny, Conversations(sd.load(data)[0].select([0, 1]), feats,
-                                                                                 tiny, None, normed=False), [0, 1], None,
-                         None, top=V)
-    assert [every[f"top{V}_depth{j}"] for j in (1, 2, 3)] == [1.0, 1.0, 1.0]
+
+
+def test_agreement_counts_the_label_at_the_top_and_among_the_top_k():
+    """Row 0: the label is the head's best; row 1: its second (a top-2 hit, a top-1 miss); row 2: its
+    worst. Draft rows map score columns to token ids."""
+    from specharness.methods.eagle3.train import agree
+    scores = torch.tensor([[3.0, 1.0, 0.0], [1.0, 3.0, 2.0], [0.0, 1.0, 2.0]])
+    rows = torch.tensor([10, 20, 30])  # column i is token rows[i]
+    first, among = agree(scores, rows, torch.tensor([10, 30, 10]), 2)
+    assert first.tolist() == [True, False, False] and among.tolist() == [True, True, False]
+    first, among = agree(scores, None, torch.tensor([0, 2, 0]), 2)  # no draft rows: columns are token ids
+    assert first.tolist() == [True, False, False] and among.tolist() == [True, True, False]
 
 
 def test_sam_falls_back_to_eagle3(smol, vanilla_greedy, first_questions):

@@ -85,6 +85,14 @@ def step_rows(sel: torch.Tensor, j: int) -> tuple[torch.Tensor, torch.Tensor]:
     return sel[k] - j, k
 
 
+def agree(scores: torch.Tensor, rows: torch.Tensor | None, labels: torch.Tensor, top: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row: the head's argmax is the label, and the label is among its ``top`` best (scores over the
+    draft rows; ``rows`` maps them to token ids, None = every token)."""
+    to_tokens = (lambda i: rows[i]) if rows is not None else (lambda i: i)
+    best = to_tokens(scores.topk(min(top, scores.shape[-1]), -1).indices)
+    return to_tokens(scores.argmax(-1)) == labels, (best == labels.unsqueeze(-1)).any(-1)
+
+
 @torch.no_grad()
 def evaluate(head: EagleHead, target: TargetModel, convs: Conversations, indices: list[int], subset, rows,
              steps: int = 3, top: int = 4) -> dict:
@@ -103,13 +111,11 @@ def evaluate(head: EagleHead, target: TargetModel, convs: Conversations, indices
         right = []
         for j, out in enumerate(outs):
             r, k = step_rows(sel, j)
-            scores = logits_of(target, out[r], subset)
-            best = scores.topk(min(top, scores.shape[-1]), -1).indices
-            best = rows[best] if rows is not None else best
+            first, among = agree(logits_of(target, out[r], subset), rows, argmax[k], top)
             ok = torch.zeros(m, dtype=torch.bool)
-            ok[r] = best[:, 0] == argmax[k]
+            ok[r] = first
             hits[j] += int(ok.sum())
-            within[j] += int((best == argmax[k].unsqueeze(-1)).any(-1).sum())
+            within[j] += int(among.sum())
             total[j] += len(r)
             valid = torch.zeros(m, dtype=torch.bool)
             valid[r] = True

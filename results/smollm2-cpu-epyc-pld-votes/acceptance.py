@@ -30,10 +30,11 @@ def kept(prop, truth: list[int]) -> int:
 
 
 runs, qfile, variants = sys.argv[1], sys.argv[2], sys.argv[3:]
+max_new = json.load(open(runs.removesuffix(".jsonl") + ".meta.json"))["max_new_tokens"]  # as the run cut prompts
 target = TargetModel.load("smollm2")
 questions = {q.question_id: q for q in load_questions(qfile)}
 turns = [(rec["subtask"], prompt, answer) for rec in map(json.loads, open(runs))
-         for prompt, answer in recorded_turns(target, rec, questions[rec["question_id"]], 128)]
+         for prompt, answer in recorded_turns(target, rec, questions[rec["question_id"]], max_new)]
 print(f"{len(turns)} turns of {runs}")
 print("options | CR | tree rounds | " + " | ".join(sorted({t[0] for t in turns})))
 for variant in variants:
@@ -43,12 +44,11 @@ for variant in variants:
     trees = 0
     for subtask, prompt, answer in turns:
         ids = list(prompt) + answer[:1]  # the prefill chose the first token
-        state = SimpleNamespace(ids=ids, prompt_len=len(prompt), max_new_tokens=len(answer))
-        state.max_draft = 0
+        state = SimpleNamespace(ids=ids, prompt_len=len(prompt), max_new_tokens=max_new, max_draft=0)
         drafter.begin(state, None)
         done = 1
         while done < len(answer):
-            state.max_draft = len(answer) - done - 1  # as DecodeState.max_draft: room left after the target's token
+            state.max_draft = max_new - done - 1  # as DecodeState.max_draft: room left after the target's token
             prop = drafter.propose(state)
             trees += prop.parents is not None
             step = min(kept(prop, answer[done:]) + 1, len(answer) - done)

@@ -25,13 +25,14 @@ from specharness.runner import recorded_turns
 from specharness.tasks.specbench import load_questions
 
 vanilla, questions, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+max_new = json.load(open(vanilla.removesuffix(".jsonl") + ".meta.json"))["max_new_tokens"]  # as the run cut prompts
 torch.set_num_threads(2)
 torch.manual_seed(0)
 t = TargetModel.load("smollm2", dtype="float32")
 qs = {q.question_id: q for q in load_questions(questions)}
 rows, subs = {"input_ids": [], "loss_mask": []}, []
 for rec in map(json.loads, open(vanilla)):
-    for prompt, answer in recorded_turns(t, rec, qs[rec["question_id"]], 128):
+    for prompt, answer in recorded_turns(t, rec, qs[rec["question_id"]], max_new):
         seq = prompt + answer  # labelled: every prediction of an answer token
         rows["input_ids"].append(seq)
         rows["loss_mask"].append([int(len(prompt) - 1 <= i < len(seq) - 1) for i in range(len(seq))])
