@@ -71,8 +71,6 @@ class PromptLookup:
             if not starts:
                 continue
             source = f"{n}-gram"  # how long a match drafted: a 1-gram's drafts are kept far less often
-            if self.occurrences == 1:  # the original: no trie to build
-                return Proposal(ids[starts[-1]:starts[-1] + min(budget, self.nodes)], source=source)
             trie = Trie()
             for start in starts[:-self.occurrences - 1:-1]:  # most recent first: it wins a tie
                 trie.insert(ids[start:start + budget])

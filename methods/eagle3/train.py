@@ -88,9 +88,10 @@ def step_rows(sel: torch.Tensor, j: int) -> tuple[torch.Tensor, torch.Tensor]:
 def agree(scores: torch.Tensor, rows: torch.Tensor | None, labels: torch.Tensor, top: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row: the head's argmax is the label, and the label is among its ``top`` best (scores over the
     draft rows; ``rows`` maps them to token ids, None = every token)."""
-    to_tokens = (lambda i: rows[i]) if rows is not None else (lambda i: i)
-    best = to_tokens(scores.topk(min(top, scores.shape[-1]), -1).indices)
-    return to_tokens(scores.argmax(-1)) == labels, (best == labels.unsqueeze(-1)).any(-1)
+    first, best = scores.argmax(-1), scores.topk(min(top, scores.shape[-1]), -1).indices
+    if rows is not None:
+        first, best = rows[first], rows[best]
+    return first == labels, (best == labels.unsqueeze(-1)).any(-1)
 
 
 @torch.no_grad()

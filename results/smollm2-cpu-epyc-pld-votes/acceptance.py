@@ -15,14 +15,15 @@ from specharness.model.target import TargetModel
 from specharness.options import resolve_options
 from specharness.runner import recorded_turns
 from specharness.tasks.specbench import load_questions
+from specharness.tree import Tree
 
 
 def kept(prop, truth: list[int]) -> int:
     """Drafts on the longest path of ``prop`` that ``truth`` follows."""
-    parents = prop.parents if prop.parents is not None else list(range(len(prop.tokens)))
+    children = Tree.from_drafts(prop.parents, len(prop.tokens)).children
     node, n = 0, 0
     while n < len(truth):
-        node = next((i + 1 for i, p in enumerate(parents) if p == node and prop.tokens[i] == truth[n]), None)
+        node = next((c for c in children[node] if prop.tokens[c - 1] == truth[n]), None)
         if node is None:
             break
         n += 1
