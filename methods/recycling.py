@@ -16,6 +16,13 @@ Successors can be taken among the ``draft_vocab`` tokens the target writes most 
 token, as measured (``results/smollm2-cpu-epyc-recycling-vocab``): the round's ``topk`` over every
 verified node's logits (0.25 ms over 8 x 49,152) only gives way to a column gather nearly as dear
 (0.15 ms for 8,192 columns), so bookkeeping did not fall, and acceptance did.
+
+The matrix is a dict of Python lists, not a [vocabulary, top_k] tensor: a round's commit is then one
+``topk`` and one ``tolist``, and drafting is dict lookups. Right after a target forward every torch
+call is slow (about 20-30 us each on a 2-core EPYC, against 4 us in a loop: the forward's weights
+have pushed the interpreter's and the kernels' code and data out of cache), so indexing a tensor
+matrix per node and writing it by tensor index cost two calls more a round
+(``results/smollm2-cpu-epyc-bookkeeping``).
 """
 
 from __future__ import annotations
@@ -58,20 +65,20 @@ class TokenRecycling:
         self.k, self.warm = min(top_k, n_vocab), warm  # no token has more successors than the vocabulary
         self.paths = sorted((p for p in TEMPLATE[:nodes] if max(p) < self.k), key=len)  # parents first
         self.max_width = len(self.paths) + 1
-        self.matrix = torch.full((target.vocab_size, self.k), -1, dtype=torch.long)
+        self.successors: dict[int, list[int]] = {}  # token -> its top_k successors, most likely first
         # warm: the matrix each recent prompt started from (a question's turns, each run again for its repeats)
-        self.starts: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
+        self.starts: OrderedDict[tuple[int, ...], dict[int, list[int]]] = OrderedDict()
 
     def begin(self, state: DecodeState, prefill_hidden) -> None:
         if not self.warm:
-            self.matrix.fill_(-1)
+            self.successors = {}
             return
         prompt = tuple(state.ids[:state.prompt_len])
         if prompt in self.starts:  # a repeat: the state it first started from, not what its own answer taught
-            self.matrix.copy_(self.starts[prompt])
+            self.successors = dict(self.starts[prompt])  # rows are replaced whole, never changed in place
             self.starts.move_to_end(prompt)
         else:
-            self.starts[prompt] = self.matrix.clone()
+            self.starts[prompt] = dict(self.successors)
             if len(self.starts) > WARM_PROMPTS:
                 self.starts.popitem(last=False)
 
@@ -79,16 +86,14 @@ class TokenRecycling:
         depth = state.max_draft
         if depth <= 0:
             return Proposal()
-        successors = self.matrix
+        successors = self.successors
         token_of = {(): state.ids[-1]}
         tokens, parents, index = [], [], {(): 0}
         for p in self.paths:
             up = p[:-1]
-            if len(p) > depth or up not in index:
+            if len(p) > depth or up not in index or token_of[up] not in successors:
                 continue
-            nxt = int(successors[token_of[up], p[-1]])
-            if nxt < 0:
-                continue
+            nxt = successors[token_of[up]][p[-1]]
             token_of[p] = nxt
             parents.append(index[up])
             tokens.append(nxt)
@@ -96,9 +101,9 @@ class TokenRecycling:
         return Proposal(tokens, parents=parents) if tokens else Proposal()
 
     def commit(self, state: DecodeState, verified: Verified) -> None:
-        nodes = torch.tensor(verified.tree_tokens)
         logits = verified.tree_logits if self.rows is None else verified.tree_logits.index_select(-1, self.rows)
-        self.matrix[nodes] = draft_vocab.tokens(logits.topk(self.k, dim=-1).indices, self.rows).cpu()
+        rows = draft_vocab.tokens(logits.topk(self.k, dim=-1).indices, self.rows).tolist()
+        self.successors.update(zip(verified.tree_tokens, rows))
 
 
 def _rows(target, options: dict) -> torch.Tensor | None:

@@ -112,8 +112,10 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
         cache.compact(pos, nodes)
         cache.crop(pos + len(nodes))
         state.final_hidden = out.hidden[nodes[-1]]
-        drafter.commit(state, Verified(pos, len(path), path, out.hidden[nodes], out.logits[nodes],
-                                       {layer: h[nodes] for layer, h in (out.captured or {}).items()},
+        # the kept rows: a view when they are the first ones (a chain, a tree's first branch), one gather otherwise
+        rows = slice(0, len(nodes)) if nodes[-1] == len(path) else torch.tensor(nodes, device=out.hidden.device)
+        drafter.commit(state, Verified(pos, len(path), path, out.hidden[rows], out.logits[rows],
+                                       {layer: h[rows] for layer, h in (out.captured or {}).items()},
                                        [current, *drafts], out.logits))
         if sizer:
             sizer.observe(state.budget, k, path, prop.source)
