@@ -112,7 +112,7 @@ def next_token_probs(target, ids: list[int], temperature: float) -> np.ndarray:
     """The target's exact sampling distribution after ``ids`` (float64)."""
     import torch
     with torch.inference_mode():
-        logits = target.logits(list(ids))[-1].double()
+        logits = target.logits(list(ids), last=True)[-1].double()
     return torch.softmax(logits / temperature, dim=-1).cpu().numpy()
 
 

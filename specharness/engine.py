@@ -55,7 +55,7 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
     # an exit layer gets the states entering it back as a captured layer, one with capture layers those
     ids = torch.tensor(prompt_ids, device=target.device)
     out = target.forward(ids, cache, 0, head=True, capture=tuple(sorted({*capture, *((l - 1,) if l else ())})),
-                         prefill=True)
+                         prefill=True, last=True)
     h_exit = out.captured[l - 1] if l else None
     timer.mark()  # verified
     acc = accept(out.logits[-1:], [], None, temperature, gen)

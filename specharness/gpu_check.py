@@ -344,7 +344,7 @@ def divergence(target, ids: list[int], ref: list[int], got: list[int], tolerance
     import torch
     pos = first_difference(ref, got)
     with torch.inference_mode():
-        logits = target.logits(list(ids) + list(ref[:pos]))[-1].float()
+        logits = target.logits(list(ids) + list(ref[:pos]), last=True)[-1].float()
     top = torch.topk(logits, 2)
     high = float(top.values[0])
     rt = ref[pos] if pos < len(ref) else None

@@ -170,7 +170,7 @@ def kernel_noise_ulps(target, dtype: str, tokens: int = 64) -> float:
     with torch.inference_mode():
         cache = target.new_cache(len(prompt) + tokens + 8)
         nxt = int(target.forward(torch.tensor(prompt, device=target.device), cache, 0, head=True,
-                                 prefill=True).logits[-1].argmax())
+                                 prefill=True, last=True).logits[-1].argmax())
         seq, one = list(prompt), []
         for _ in range(tokens):
             seq.append(nxt)
@@ -402,7 +402,7 @@ def next_logits(target, ids: list[int]):
     """The target's own float logits for the token after ``ids`` (one eager forward)."""
     import torch
     with torch.inference_mode():
-        return target.logits(list(ids))[-1].float()
+        return target.logits(list(ids), last=True)[-1].float()
 
 
 def top2_margin(target, ids: list[int]) -> tuple[float, int, int]:

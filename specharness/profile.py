@@ -137,7 +137,7 @@ def prefill_ms(target, length: int, repeats: int = 5) -> float:
     with torch.inference_mode():  # inference tensors, as the engine's: compiled graphs guard on that
         cache = target.new_cache(length + 128)
         ids = random_ids(target, length, 1)
-        return median_ms(lambda: target.forward(ids, cache, 0, head=True, prefill=True), repeats,
+        return median_ms(lambda: target.forward(ids, cache, 0, head=True, prefill=True, last=True), repeats,
                          after=lambda: cache.crop(0), sync=target.device.type == "cuda")
 
 

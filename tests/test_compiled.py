@@ -72,6 +72,22 @@ def test_compiled_logits_equal_eager_and_models_do_not_share_weights(pair):
     assert counters["stats"]["unique_graphs"] == compiled_before
 
 
+def test_a_prefill_asked_for_its_last_logits_runs_the_head_there_alone(pair):
+    """``last=True``: the logits of the last position, as the whole prefill gives them; an unpadded
+    (dynamic-width) prefill runs the head at that row alone, and a padded one (a prompt narrower than
+    a bucket) still hands back its last real row, not a padding row's."""
+    (e1, _), (c1, _) = pair
+    c1.expect_widths(8)
+    for ids in ([i % 45 + 3 for i in range(70)], [7, 8, 9]):
+        want = e1.logits(ids)[-1:]
+        for t in (e1, c1):
+            got = t.logits(ids, last=True)
+            assert got.shape == want.shape
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert any(g.head == "last" and g.width == "wide" for g in c1.backend.graphs)
+    assert not any(g.head == "last" and g.width != "wide" for g in c1.backend.graphs)
+
+
 def test_compiled_tree_and_generation_equal_eager(pair):
     (e1, _), (c1, _) = pair
     tree = Tree((-1, 0, 0, 1, 2))

@@ -120,7 +120,7 @@ class ForwardRequest:
     values: torch.Tensor
     a: int
     b: int
-    head: bool  # end with the final norm and the LM head
+    head: bool | str  # end with the final norm and the LM head ("last": at the last position only)
     capture: tuple[int, ...] = ()  # layers whose output states to hand back
     skip: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
     prefill: bool = False  # a prompt: the dynamic-width graph when compiled
@@ -136,7 +136,7 @@ class GraphKey(NamedTuple):
 
     a: int  # first decoder layer
     b: int  # one past the last
-    head: bool  # ends with the final norm and LM head
+    head: bool | str  # ends with the final norm and LM head ("last": at the last position only)
     capture: tuple[int, ...]  # layers whose hidden states it hands back
     ids: bool  # takes token ids (embeds them) rather than hidden states
     skip: Skip
@@ -144,7 +144,7 @@ class GraphKey(NamedTuple):
     stack: str = ""  # "" = the target's layers, else the drafter stack of that name
 
     def describe(self) -> str:
-        return (f"{self.stack + ' ' if self.stack else ''}layers {self.a}-{self.b}{' +head' if self.head else ''}"
+        return (f"{self.stack + ' ' if self.stack else ''}layers {self.a}-{self.b}{' +head' if self.head else ''}{' (last)' if self.head == 'last' else ''}"
                 f"{' skipping' if self.skip != ((), ()) else ''}, width {self.width}")
 
 
@@ -191,6 +191,11 @@ class EagerBackend:
 
     def width(self, T: int, prefill: bool = False) -> int:
         return T
+
+    def dynamic(self, T: int, prefill: bool = False) -> bool:
+        """Whether a forward of T positions runs unpadded in a graph of any width (eager: always), so a
+        head at its last position alone adds no graph of its own."""
+        return True
 
     @contextmanager
     def in_background(self, wait: bool = True) -> Iterator[None]:
@@ -372,6 +377,9 @@ class CompiledBackend(EagerBackend):
 
     def width(self, T: int, prefill: bool = False) -> int:
         return max(bucket(T), self.narrowest) if self._static(T, prefill) else T
+
+    def dynamic(self, T: int, prefill: bool = False) -> bool:
+        return not self._static(T, prefill)
 
     def __call__(self, r: ForwardRequest) -> tuple:
         if self.building and not self.deferred:  # builds left running by in_background(wait=False)

@@ -145,7 +145,7 @@ def stepper(target, context: int = 256, width: int = 1) -> tuple[Callable[[], ob
     # that writes them cannot be a CUDA graph (torch skips cudagraphs for mutated inputs)
     cache = target.session_cache(context + 128) if target.device.type == "cuda" else target.new_cache(context + 128)
     ids = random_ids(target, context, 0)
-    target.forward(ids, cache, 0, head=True, prefill=True)
+    target.forward(ids, cache, 0, head=True, prefill=True, last=True)  # the graph a run's prefill uses
     return (lambda: target.forward(ids[:width], cache, context, head=True)), (lambda: cache.crop(context))
 
 

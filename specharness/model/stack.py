@@ -83,9 +83,10 @@ class DecoderStack(nn.Module):
                                                          self.wo[i]), self.ln2[i], self.w_gate_up[i], self.w_down[i])
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, bias: torch.Tensor,
-                keys: torch.Tensor, values: torch.Tensor, a: int, b: int, head: bool,
+                keys: torch.Tensor, values: torch.Tensor, a: int, b: int, head: bool | str,
                 capture: Collection[int] = (), skip: Skip = ((), ()), wide: bool = False) -> tuple:
         """Layers [a, b) on token ids or hidden states; (hidden, logits or None, captured states).
+        ``head`` "last": the logits at the last position only (a prompt's next token).
         ``keys``/``values``: a whole ``KVCache``'s tensors, layer i of the stack in layer i of the cache.
         ``wide``: the dynamic-width graph, which keeps SDPA (a width test on our kernel's limits there
         would guard it on one side, and a prefill on the other would recompile it while timing)."""
@@ -102,7 +103,8 @@ class DecoderStack(nn.Module):
                               gemm=self.gemm)
             if i in capture:
                 captured.append(h)
-        logits = self.gemm(rms_norm(h, self.norm_weight, self.eps), self.head_weight, None, wide) if head else None
+        top = h[-1:] if head == "last" else h
+        logits = self.gemm(rms_norm(top, self.norm_weight, self.eps), self.head_weight, None, wide) if head else None
         return h, logits, tuple(captured)
 
 

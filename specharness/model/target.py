@@ -247,7 +247,8 @@ class TargetModel:
     def forward(self, x: torch.Tensor, cache: KVCache, start: int, a: int = 0, b: int | None = None,
                 tree: Tree | None = None, head: bool = False, capture: tuple[int, ...] = (),
                 skip: "Skip" = ((), ()), prefill: bool = False, stack: str = "",
-                positions: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> Forward:
+                positions: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                last: bool = False) -> Forward:
         """Layers [a, b) over T positions: token ids (a = 0) or the hidden states entering layer a.
 
         Node i of ``tree`` (default: a chain) is at position ``start + depth(i)`` and writes cache
@@ -262,6 +263,9 @@ class TargetModel:
         ``stack`` names a drafter's stack (``add_stack``) to run instead of the target's layers, through
         the same backend. ``positions`` [T] and ``mask`` [T, start + T] (bool: may attend) replace the
         tree's when a drafter head lays its nodes out itself (EAGLE's frontier at scratch slots).
+        ``last``: the logits at the last position only, [1, V] (a prompt's next token): an unpadded
+        forward then runs the LM head there alone. A prompt of 500 tokens otherwise spends about a
+        tenth of its prefill on 500 x 49,152 logits no one reads (SmolLM2, bfloat16).
         """
         b = self.backend.stacks[stack].n_layers if b is None else b
         T = x.shape[0]
@@ -291,11 +295,15 @@ class TargetModel:
         # a wide prefill hands back every layer's states, whichever a caller keeps: one compiled graph
         # then serves every method's prefill (each graph costs ~20 s of warm-up even from the disk cache)
         run_capture = tuple(range(a, b)) if prefill and T > 1 else tuple(capture)
-        request = ForwardRequest(x, positions, slots, bias, cache.keys, cache.values, a, b, head, run_capture,
+        # the head at the last position alone only where no padding follows it and no graph is added for it
+        tail = "last" if head and last and width == T and self.backend.dynamic(T, prefill) else head
+        request = ForwardRequest(x, positions, slots, bias, cache.keys, cache.values, a, b, tail, run_capture,
                                  (tuple(skip[0]), tuple(skip[1])), prefill, stack)
         h, logits, captured = self.run_with_fallback(lambda: self.backend(request))
         got = dict(zip(sorted(run_capture), captured))  # the stack hands them back in layer order
-        return Forward(h[:T], logits[:T] if logits is not None else None,
+        if logits is not None:
+            logits = logits[-1:] if tail == "last" else logits[T - 1:T] if last else logits[:T]
+        return Forward(h[:T], logits,
                        {layer: got[layer][:T] for layer in capture} if capture else None)
 
     def add_stack(self, name: str, layers: list[LayerWeights], norm_weight: torch.Tensor, head_weight: torch.Tensor,
@@ -402,11 +410,13 @@ class TargetModel:
         """The LM head's rows for ``token_ids``, gathered once: the caller keeps them for its draft steps."""
         return self.head_weight[token_ids.to(self.device)].contiguous()
 
-    def logits(self, ids: list[int] | torch.Tensor, cache: KVCache | None = None, start: int = 0) -> torch.Tensor:
-        """Full forward of token ids from position ``start`` (tests and one-off checks)."""
+    def logits(self, ids: list[int] | torch.Tensor, cache: KVCache | None = None, start: int = 0,
+               last: bool = False) -> torch.Tensor:
+        """Full forward of token ids from position ``start`` (tests and one-off checks): the logits at
+        every position, or at the last only (the graph a run's prefill uses)."""
         ids = torch.as_tensor(ids, device=self.device)
         cache = cache or self.new_cache(start + len(ids))  # a prefill: never padded
-        return self.forward(ids, cache, start, head=True, prefill=True).logits
+        return self.forward(ids, cache, start, head=True, prefill=True, last=last).logits
 
     @torch.inference_mode()
     def greedy_continuation(self, prompt: list[int], max_new_tokens: int) -> list[int]:
@@ -416,7 +426,8 @@ class TargetModel:
         if max_new_tokens <= 0:
             return []
         cache = self.new_cache(len(prompt) + max_new_tokens + 1)
-        logits = self.forward(torch.as_tensor(prompt, device=self.device), cache, 0, head=True, prefill=True).logits
+        logits = self.forward(torch.as_tensor(prompt, device=self.device), cache, 0, head=True, prefill=True,
+                              last=True).logits
         out: list[int] = []
         while True:
             out.append(int(argmax(logits[-1])))
