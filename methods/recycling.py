@@ -19,8 +19,8 @@ verified node's logits (0.25 ms over 8 x 49,152) only gives way to a column gath
 
 The matrix is a dict of Python lists, not a [vocabulary, top_k] tensor: a round's commit is then one
 ``topk`` and one ``tolist``, and drafting is dict lookups. Right after a target forward every torch
-call is slow (about 20-30 us each on a 2-core EPYC, against 4 us in a loop: the forward's weights
-have pushed the interpreter's and the kernels' code and data out of cache), so indexing a tensor
+call is slow (the first 40-90 us on a 2-core EPYC, the next about 8 us; a reading: the forward's
+weights push the interpreter's and the kernels' code and data out of cache), so indexing a tensor
 matrix per node and writing it by tensor index cost two calls more a round
 (``results/smollm2-cpu-epyc-bookkeeping``).
 """

@@ -58,7 +58,7 @@ def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: 
                          prefill=True, last=True)
     h_exit = out.captured[l - 1] if l else None
     timer.mark()  # verified
-    acc = accept(out.logits[-1:], [], None, temperature, gen)
+    acc = accept(out.logits, [], None, temperature, gen)  # the prompt's last position only (last=True)
     state.ids.append(acc.next_token)
     state.final_hidden = out.hidden[-1]
     state.prompt_hidden, state.prompt_captured = out.hidden, out.captured

@@ -144,7 +144,7 @@ class GraphKey(NamedTuple):
     stack: str = ""  # "" = the target's layers, else the drafter stack of that name
 
     def describe(self) -> str:
-        return (f"{self.stack + ' ' if self.stack else ''}layers {self.a}-{self.b}{' +head' if self.head else ''}{' (last)' if self.head == 'last' else ''}"
+        return (f"{self.stack + ' ' if self.stack else ''}layers {self.a}-{self.b}{' +head (last)' if self.head == 'last' else ' +head' if self.head else ''}"
                 f"{' skipping' if self.skip != ((), ()) else ''}, width {self.width}")
 
 

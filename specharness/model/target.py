@@ -295,14 +295,14 @@ class TargetModel:
         # a wide prefill hands back every layer's states, whichever a caller keeps: one compiled graph
         # then serves every method's prefill (each graph costs ~20 s of warm-up even from the disk cache)
         run_capture = tuple(range(a, b)) if prefill and T > 1 else tuple(capture)
-        # the head at the last position alone only where no padding follows it and no graph is added for it
-        tail = "last" if head and last and width == T and self.backend.dynamic(T, prefill) else head
+        # the head at the last position alone only in a dynamic-width forward: unpadded, and no graph added for it
+        tail = "last" if head and last and self.backend.dynamic(T, prefill) else head
         request = ForwardRequest(x, positions, slots, bias, cache.keys, cache.values, a, b, tail, run_capture,
                                  (tuple(skip[0]), tuple(skip[1])), prefill, stack)
         h, logits, captured = self.run_with_fallback(lambda: self.backend(request))
         got = dict(zip(sorted(run_capture), captured))  # the stack hands them back in layer order
-        if logits is not None:
-            logits = logits[-1:] if tail == "last" else logits[T - 1:T] if last else logits[:T]
+        if logits is not None and tail != "last":  # a padded forward's head ran at every row: keep the real ones
+            logits = logits[T - 1:T] if last else logits[:T]
         return Forward(h[:T], logits,
                        {layer: got[layer][:T] for layer in capture} if capture else None)
 
