@@ -118,3 +118,28 @@ def test_installing_the_timing_replaces_inductors_cpu_benchmark_and_its_stale_ca
     assert inductor_config.autotune_local_cache is False
     ms = benchmarking.benchmarker.benchmark(lambda: sum(range(200)), (), {}, device="cpu", warmup=1, rep=5)
     assert 0 < ms < 5 and (tmp_path / "lock").is_file()  # timed through ours, under its lock
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_prompts_bfloat16_linear_runs_in_float32_only_where_bfloat16_is_emulated(monkeypatch, native):
+    """Without bfloat16 dot products (AVX2), a linear over a prompt's width (the dynamic-width graph,
+    or ``WIDEN_ROWS`` rows eagerly) widens its bfloat16 inputs exactly, sums in float32 and rounds
+    once; a narrow one, a float32 one and every one on a CPU with them stay as they are."""
+    import torch.nn.functional as F
+    from specharness.model import layers
+    monkeypatch.setattr(layers, "NATIVE_BFLOAT16", native)
+    torch.manual_seed(0)
+    w, b = torch.randn(64, 96).bfloat16(), torch.randn(64).bfloat16()
+    gemm = layers.Gemm()
+
+    def widened(x):
+        return F.linear(x.float(), w.float(), b.float()).to(torch.bfloat16)
+
+    prompt, few = torch.randn(layers.WIDEN_ROWS, 96).bfloat16(), torch.randn(layers.WIDEN_ROWS - 1, 96).bfloat16()
+    want = (lambda x: F.linear(x, w, b)) if native else widened
+    assert torch.equal(gemm(prompt, w, b), want(prompt))
+    assert torch.equal(gemm(few, w, b, wide=True), want(few))  # the dynamic-width graph: every width
+    assert torch.equal(gemm(few, w, b), F.linear(few, w, b))  # a few rows eagerly: bfloat16's own kernel
+    assert gemm(prompt, w, b).dtype == torch.bfloat16
+    x32 = torch.randn(layers.WIDEN_ROWS, 96)
+    assert torch.equal(gemm(x32, w.float(), b.float()), F.linear(x32, w.float(), b.float()))  # float32: untouched

@@ -142,14 +142,39 @@ class Attention:
         return o.view(H, T, d).transpose(0, 1).reshape(T, H * d).to(out_dtype)
 
 
+WIDEN_ROWS = 16  # from this many rows an eager bfloat16 linear runs in float32 where bfloat16 is emulated
+
+
+# whether this CPU has bfloat16 dot products (AVX512-BF16; every AMX CPU has them too): read once, as
+# a constant a traced graph can read (dynamo refuses to trace torch's CPU query)
+NATIVE_BFLOAT16 = torch.cpu._is_avx512_bf16_supported()
+
+
+def widened(x: torch.Tensor, w: torch.Tensor, wide: bool) -> bool:
+    """Whether a bfloat16 linear over ``x``'s rows runs in float32 (inputs widened exactly, float32
+    sums rounded to bfloat16 once, as a bfloat16 GEMM rounds its accumulator): on a CPU without
+    bfloat16 dot products, for a prompt's width. Why: there oneDNN emulates bfloat16 GEMMs, and a
+    prefill cost 11.4 ms per prompt token against 2.3 widened (SmolLM2, 2-core Zen 3 EPYC with AVX2,
+    results/smollm2-cpu-epyc-avx2-engine-choice), while one row stays cheaper in bfloat16 (half
+    the bytes). The dynamic-width graph (``wide``, and its eager stand-in while it builds) widens
+    every linear (a test of its symbolic width would guard it); other eager forwards widen from
+    ``WIDEN_ROWS`` rows (one measured crossover: 8 rows 156 ms bfloat16 against 202 widened, 16
+    rows 300 against 246, the weights' conversion included); a static compiled graph keeps what its
+    compile mode picks."""
+    if x.dtype != torch.bfloat16 or w.dtype != torch.bfloat16 or x.device.type != "cpu" or NATIVE_BFLOAT16:
+        return False
+    return wide or (not torch.compiler.is_compiling() and x.shape[0] >= WIDEN_ROWS)
+
+
 @dataclass(frozen=True)
 class Gemm:
     """The linear layers' kernel in a stack's compiled graphs: ``widths`` are the static widths whose
     graphs call our C++ kernel (``accel.narrow_linear``, chosen per width by
     ``backends.gemm_family``); everything else (eager calls, the dynamic-width graph, other widths,
-    shapes it does not take, a forward that trains) is ``F.linear``, whose kernel inductor picks.
-    Only inside a compiled graph: there the weights' packing is folded into constants at freezing,
-    while eagerly it would copy every weight per call."""
+    shapes it does not take, a forward that trains) is ``F.linear``, whose kernel inductor picks,
+    in float32 for a prompt's width where bfloat16 is emulated (``widened``). Our kernel only inside
+    a compiled graph: there the weights' packing (and a widened weight's float32 copy) is folded
+    into constants at freezing, while eagerly it would copy every weight per call."""
 
     widths: tuple[int, ...] = ()
 
@@ -158,6 +183,8 @@ class Gemm:
         if (not wide and self.widths and torch.compiler.is_compiling() and x.shape[0] in self.widths
                 and narrow_linear.fits(x, w) and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))):
             return narrow_linear.linear(x, w, b)
+        if widened(x, w, wide):
+            return F.linear(x.float(), w.float(), None if b is None else b.float()).to(torch.bfloat16)
         return F.linear(x, w, b)
 
 
