@@ -109,7 +109,12 @@ def test_the_table_answers_without_measuring_and_says_which_row(monkeypatch, own
     monkeypatch.setattr(engine_choice, "cpu_features", lambda: ("avx512_bf16", "avx512f"))  # its own row
     got = engine_choice.from_table("auto", "auto", "cpu", "smollm2", 2)
     assert (got.dtype, got.compile, got.choice["row"]) == ("bfloat16", "max-autotune", "avx512_bf16")
-    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ("avx512f",))  # neither: no row, measured
+    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ("avx512_bf16", "avx512f", "avx2"))  # AVX2's row comes after
+    assert engine_choice.from_table("auto", "auto", "cpu", "smollm2", 2).choice["row"] == "avx512_bf16"
+    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ("avx2",))  # AVX2 alone: its own row
+    got = engine_choice.from_table("auto", "auto", "cpu", "smollm2", 2)
+    assert (got.dtype, got.compile, got.choice["row"]) == ("bfloat16", "max-autotune", "avx2") and "Zen 3" in got.choice["why"]
+    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ("avx512f",))  # none of the rows' flags: measured
     assert engine_choice.from_table("auto", "auto", "cpu", "smollm2", 2) is None
     assert engine_choice.from_table("auto", "auto", "cuda", "smollm2", 2) is None  # a GPU is measured, as before
     # profile's measurement, once cached, outranks the table
