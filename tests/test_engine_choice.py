@@ -194,6 +194,7 @@ def test_a_choice_made_under_load_equals_the_quiet_one_or_is_flagged_and_not_cac
                                             "max-autotune")
 
 
+@pytest.mark.slow  # 41-61 s of building graphs three times for the progress lines' wording and estimates
 def test_compile_progress_names_each_graph_and_a_second_run_estimates_from_the_first(own_cache, graph_store):
     from specharness.compile_progress import CompileProgress, read_times, times_file
     path = times_file("m", "float32", "default")

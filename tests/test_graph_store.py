@@ -187,6 +187,7 @@ def test_finishing_until_one_build_stops_at_the_first_success_and_leaves_the_res
     assert backend.packages[(keys[1], "sig")] is ok2 and not backend.building and seen == [(1, 1), (2, 0)]
 
 
+@pytest.mark.slow  # 44 s of compiling, a failure path; the default run checks the builds that succeed (above)
 def test_a_failed_background_build_is_compiled_by_torch_compile_before_the_block_ends(own_cache, monkeypatch):
     """A child that fails leaves its last line as the reason (its log stays beside the store); the
     graph is compiled by torch.compile when the block ends (untimed), so later calls compile nothing
