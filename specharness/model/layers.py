@@ -154,7 +154,7 @@ def widened(x: torch.Tensor, w: torch.Tensor, wide: bool) -> bool:
     """Whether a bfloat16 linear over ``x``'s rows runs in float32 (inputs widened exactly, float32
     sums rounded to bfloat16 once, as a bfloat16 GEMM rounds its accumulator): on a CPU without
     bfloat16 dot products, for a prompt's width. Why: there oneDNN emulates bfloat16 GEMMs, and a
-    prefill cost 11.4 ms per prompt token against 2.3 widened (SmolLM2, 2-core Zen 3 EPYC with AVX2,
+    prefill cost 11.4 ms per prompt token against 2.1 widened (SmolLM2, 2-core Zen 3 EPYC with AVX2,
     results/smollm2-cpu-epyc-avx2-engine-choice), while one row stays cheaper in bfloat16 (half
     the bytes). The dynamic-width graph (``wide``, and its eager stand-in while it builds) widens
     every linear (a test of its symbolic width would guard it); other eager forwards widen from
