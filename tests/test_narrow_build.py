@@ -117,8 +117,8 @@ def test_the_loader_compiles_the_copy_in_the_build_directory_with_no_stale_lock(
     assert narrow_attention._build() == "its build failed (RuntimeError: stop here)"
     (first, directory, stale), (second, _, _) = calls
     assert directory == build_dir and not stale
-    assert first == second == [str(build_dir / source.name) for source in narrow_attention.SOURCES]
-    for source in narrow_attention.SOURCES:
+    assert first == second == [str(build_dir / source.name) for source in narrow_attention.LIBRARIES["avx512-bf16"][0]]
+    for source in narrow_attention.LIBRARIES["avx512-bf16"][0]:
         assert (build_dir / source.name).read_bytes() == source.read_bytes()
 
 

@@ -17,7 +17,7 @@ from specharness.model.graph_store import GraphStore, inductor_configs
 from specharness.model.layers import Gemm
 
 CPU = torch.device("cpu")
-needs_kernel = pytest.mark.skipif(not torch.cpu._is_avx512_bf16_supported(), reason="no AVX512-BF16 on this CPU")
+needs_kernel = pytest.mark.skipif(narrow_attention.library() is None, reason="neither AVX512-BF16 nor AVX2 on this CPU")
 
 
 @needs_kernel

@@ -4,7 +4,8 @@ run's warm-up), then every configuration timed round-robin in this one process.
 
     python results/smollm2-cpu-epyc-gemm-families/ab.py SCRATCH_DIR OUT.json [CONFIG ...]
 
-CONFIG is GEMM/TIMING (EngineOptions.gemm / .autotune_timing); default: every one below.
+CONFIG is GEMM/TIMING (EngineOptions.gemm / .autotune_timing); default: every one below. $WIDTHS (a
+comma list, default 2,4,8,16) picks the widths.
 """
 import json, os, platform, statistics, subprocess, sys, time
 
@@ -21,7 +22,7 @@ from specharness.model import TargetModel
 from specharness.model.engine_choice import cpu_name
 from specharness.width_curve import verify_seconds
 
-WIDTHS, ROUNDS = [2, 4, 8, 16], 5
+WIDTHS, ROUNDS = [int(w) for w in os.environ.get("WIDTHS", "2,4,8,16").split(",")], 5
 targets, built = {}, {}
 for config in CONFIGS:
     gemm, timing = config.split("/")

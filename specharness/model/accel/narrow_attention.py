@@ -60,9 +60,16 @@ FMA_WIDTH = 8  # ... and the AVX512-BF16 path: at 16 it only ties SDPA, whose AM
 AMX_ROWS = 9  # query rows per key/value head from which AMX serves: more than half of a 16-row tile
 HEAD_DIMS = (64, 128)
 SOURCE = Path(__file__).with_name("csrc") / "narrow_attention.cpp"
-# one library holds the engine's C++ ops: this kernel and ``narrow_linear``'s, built and loaded together
-SOURCES = (SOURCE, SOURCE.with_name("narrow_linear.cpp"))
-FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512bf16", "-mamx-tile", "-mamx-bf16", "-mfma", "-fopenmp"]
+# one library holds the engine's C++ ops, built and loaded together; which build, by the CPU's kind
+# (``library``): (its sources, its compiler flags, what it holds)
+LIBRARIES = {
+    "avx512-bf16": ((SOURCE, SOURCE.with_name("narrow_linear.cpp")),
+                    ["-O3", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512bf16", "-mamx-tile",
+                     "-mamx-bf16", "-mfma", "-fopenmp"], "narrow attention and linear"),
+    # no bfloat16 dot products: the linear kernel alone, on float32 FMAs (attention keeps SDPA)
+    "avx2": ((SOURCE.with_name("narrow_linear_avx2.cpp"),), ["-O3", "-mavx2", "-mfma", "-fopenmp"],
+             "narrow linear, AVX2"),
+}
 
 _state: dict[str, object] = {}  # "loaded": bool, once tried; "why": the reason it is not; "failed": a run-time failure;
 # "building": (thread, its result) while build_in_background runs
@@ -84,9 +91,19 @@ def compiler_identity() -> str:
     return f"{os.path.realpath(path)} {out.strip().splitlines()[0] if out.strip() else ''}"
 
 
-def build_key() -> str:
-    """What a build is keyed by: the sources, the flags, torch's version and the compiler."""
-    key = (b"".join(source.read_bytes() for source in SOURCES) + " ".join(FLAGS).encode() + torch.__version__.encode()
+def library() -> str | None:
+    """The build of the engine's C++ library this CPU takes (a key of ``LIBRARIES``): "avx512-bf16"
+    where it has bfloat16 dot products, else "avx2" where torch runs AVX2 kernels (AVX2 and FMA), else
+    None."""
+    if torch.cpu._is_avx512_bf16_supported():
+        return "avx512-bf16"
+    return "avx2" if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") else None
+
+
+def build_key(kind: str = "avx512-bf16") -> str:
+    """What a build of library ``kind`` is keyed by: the sources, the flags, torch's version and the compiler."""
+    sources, flags, _ = LIBRARIES[kind]
+    key = (b"".join(source.read_bytes() for source in sources) + " ".join(flags).encode() + torch.__version__.encode()
            + compiler_identity().encode())
     return hashlib.sha256(key).hexdigest()[:12]
 
@@ -112,12 +129,12 @@ def build_lock(build_dir: Path) -> Iterator[None]:
         yield
 
 
-def build_sources(build_dir: Path) -> list[Path]:
-    """The kernels' sources, copied into their build directory (once: the directory is keyed by the
+def build_sources(build_dir: Path, kind: str = "avx512-bf16") -> list[Path]:
+    """Library ``kind``'s sources, copied into their build directory (once: the directory is keyed by the
     sources), so the compile command is the same from every checkout: built from the checkout's own
     path, each clone's different path made ninja rebuild it (30 s) when another checkout had built it."""
     copies = []
-    for source in SOURCES:
+    for source in LIBRARIES[kind][0]:
         copy = build_dir / source.name
         if not copy.exists() or copy.read_bytes() != source.read_bytes():
             shutil.copyfile(source, copy)
@@ -137,21 +154,25 @@ def _ninja_on_path() -> None:
 
 
 def _build() -> str | None:
-    """Build and load the op once per process; None when it loaded, else why not (one line)."""
-    if not torch.cpu._is_avx512_bf16_supported():
-        return f"this CPU has no AVX512-BF16 (torch's CPU capability: {torch.backends.cpu.get_cpu_capability()})"
+    """Build and load this CPU's library once per process; None when it loaded, else why not (one line)."""
+    kind = library()
+    if kind is None:
+        return f"this CPU has neither AVX512-BF16 nor AVX2 (torch's CPU capability: {torch.backends.cpu.get_cpu_capability()})"
     try:  # no compiler, no ninja, a compile error, a cache it cannot write: SDPA still works
         _compile_and_load()
     except Exception as exc:
         return f"its build failed ({exception_line(exc)})"
-    torch.library.register_fake("specharness::narrow_attention")(_fake)  # narrow_linear registers its own
+    if kind == "avx512-bf16":
+        torch.library.register_fake("specharness::narrow_attention")(_fake)  # narrow_linear registers its own
     return None
 
 
 def _compile_and_load() -> None:
     _ninja_on_path()
     from torch.utils import cpp_extension
-    digest = build_key()
+    kind = library()
+    sources, flags, holds = LIBRARIES[kind]
+    digest = build_key(kind)
     build_dir = cache_root() / "kernels" / f"narrow_attention-{digest}"
     build_dir.mkdir(parents=True, exist_ok=True)
     # its real path: ninja rebuilds (30 s of both cores, ~65 s under load) whenever its compile command's
@@ -159,10 +180,9 @@ def _compile_and_load() -> None:
     build_dir = build_dir.resolve()
     name = f"specharness_narrow_attention_{digest}"
     if not (build_dir / f"{name}.so").exists():
-        print(f"engine: building the engine's C++ kernels (narrow attention and linear) into {build_dir} (once, about 30 s)",
-              file=sys.stderr)
+        print(f"engine: building the engine's C++ kernels ({holds}) into {build_dir} (once, about 30 s)", file=sys.stderr)
     with build_lock(build_dir):
-        cpp_extension.load(name, [str(path) for path in build_sources(build_dir)], extra_cflags=FLAGS,
+        cpp_extension.load(name, [str(path) for path in build_sources(build_dir, kind)], extra_cflags=flags,
                            extra_ldflags=["-fopenmp"], build_directory=str(build_dir), is_python_module=False)
 
 
@@ -175,7 +195,7 @@ def build_in_background(mode: str = "on") -> None:
     """Start building the op in a thread, so the compiler's ~30 s of both cores overlap what the caller
     does meanwhile (a first run converts the model's GGUF file on the other core: ~20 s on the 2-core
     EPYC); ``available`` waits for it. A no-op where it is built, being built, or cannot be."""
-    if mode == "off" or "loaded" in _state or "building" in _state or not torch.cpu._is_avx512_bf16_supported():
+    if mode == "off" or "loaded" in _state or "building" in _state or library() is None:
         return
     _ninja_on_path()
     done: dict[str, str | None] = {}
@@ -193,7 +213,7 @@ def available(device: torch.device, head_dim: int, mode: str = "on") -> bool:
     build ``build_in_background`` started); ``mode`` is ``EngineOptions.narrow_attention`` ("off": never)."""
     if device.type != "cpu" or head_dim not in HEAD_DIMS or mode == "off":
         return False
-    return loaded()
+    return loaded() and library() == "avx512-bf16"
 
 
 def loaded() -> bool:
@@ -209,7 +229,7 @@ def loaded() -> bool:
             why = _build()
         _state.update(loaded=why is None, why=why)
         if why:
-            print(f"engine: narrow attention kernel unavailable: {why}; SDPA serves every width (and oneDNN or "
+            print(f"engine: the engine's C++ kernels are unavailable: {why}; SDPA serves every width (and oneDNN or "
                   "inductor every linear layer)", file=sys.stderr)
     return bool(_state["loaded"])
 
@@ -238,7 +258,10 @@ def narrow_attention(rows: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
 
 
 def reason() -> str | None:
-    """Why the kernel is unavailable in this process, once ``available`` has tried it."""
+    """Why the attention kernel is unavailable in this process, once ``available`` has tried it: the
+    library's failure, or a CPU whose library holds the linear kernel alone."""
+    if _state.get("loaded") and library() != "avx512-bf16":
+        return f"this CPU has no AVX512-BF16 (its library holds the {LIBRARIES[library()][2]} kernel alone)"
     return _state.get("why")  # type: ignore[return-value]
 
 
