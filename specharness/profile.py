@@ -305,8 +305,16 @@ def method_costs(model: str, device: str, threads: int, dtype: str, mode: str, r
     else:
         log(f"profile: transformers' peers left out: this profile has no transformers forward in {dtype}")
     measured = {d["method"] for d in [*out["drafters"].values(), *out.get("decoders", {}).values()]}
-    out["left_out"] = sorted(set(registry.methods) - measured)
+    out["left_out"] = left_out(registry.methods, variants, measured)
     return out
+
+
+def left_out(methods, variants: dict | None, measured: set[str]) -> list[str]:
+    """The methods asked for (``variants``' methods; every one of ``methods`` when none were named)
+    that were not measured: a method ``--methods`` did not name was never asked for, and is not
+    "left out"."""
+    asked = {name for name, _ in variants.values()} if variants else set(methods)
+    return sorted(asked - measured)
 
 
 def ms_text(ms: float) -> str:
@@ -448,7 +456,7 @@ def markdown(p: dict) -> str:
                          "does; above it, it loses time of its own (small calls, weights gone cold during each "
                          "verification). A tree drafter's token shares its pass with its siblings.")
     if p.get("left_out"):
-        lines.append(f"\nLeft out (could not be built here; the profile's log says why): {', '.join(p['left_out'])}.")
+        lines.append(f"\nLeft out (asked for, not measured; the profile's log says why): {', '.join(p['left_out'])}.")
     if p.get("decoders"):
         lines += ["\n| transformers decoder | ms per round | ms per drafted token | mean drafted per round |",
                   "|---|---|---|---|"]

@@ -160,3 +160,14 @@ def test_a_drafter_profiled_on_other_options_gets_the_closest_variant_and_says_s
     tie = p.costs({**meta, "options": {"mode": "sized", "vocab": 0, "heads": "a"}})
     assert tie[0].draft_fixed_ms == 1.0 and tie[1] == "bfloat16/none (drafter profiled at mode=tree)"
     assert p.costs({**meta, "method": "nothing", "options": {}})[0] is None
+
+
+def test_a_profile_leaves_out_only_methods_it_was_asked_for_and_did_not_measure():
+    """``--methods vanilla,kangaroo`` never asked for pld: pld is not "left out" (the profile's page said
+    "could not be built here" of every method it was not asked for)."""
+    from specharness.profile import left_out
+    methods = ["vanilla", "kangaroo", "pld", "medusa"]
+    asked = {"vanilla": ("vanilla", []), "kangaroo": ("kangaroo", []), "medusa-tree": ("medusa", ["tree=1"])}
+    assert left_out(methods, asked, {"vanilla", "kangaroo"}) == ["medusa"]
+    assert left_out(methods, asked, {"vanilla", "kangaroo", "medusa"}) == []
+    assert left_out(methods, None, {"vanilla", "kangaroo"}) == ["medusa", "pld"]  # none named: every method asked
