@@ -33,8 +33,20 @@ def test_the_measured_cpu_gets_the_cpp_template_then_our_kernel_then_onednn(monk
     assert family(8, device=torch.device("cuda")) is None
     assert family(8, option="cpp") == "CPP" and family(2, option="aten") == "ATEN"
     assert family(2, option="autotune") is None
-    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ("amx_tile", "avx512_bf16"))  # not measured there
+    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ("amx_tile", "avx512_bf16", "avx2"))  # not measured there
     assert family(2) is None and family(8) is None
+
+
+def test_a_cpu_with_avx2_alone_gets_our_kernel_to_width_16_and_autotune_past_it(monkeypatch):
+    """Without bfloat16 dot products our kernel's AVX2 build beat max-autotune at every width measured
+    (1-16); wider was not measured, so max-autotune chooses there, as everywhere our library did not load."""
+    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ("avx2", "fma"))
+    monkeypatch.setattr(narrow_linear, "available", lambda device: True)
+    family = lambda width, dtype=torch.bfloat16, mode="max-autotune":         backends.gemm_family("auto", width, dtype, mode, CPU)  # noqa: E731
+    assert [family(w) for w in (1, 2, 4, 8, 16, 32, 64)] == ["NARROW"] * 5 + [None] * 2
+    assert family("wide") is None and family(8, dtype=torch.float32) is None and family(8, mode="default") is None
+    monkeypatch.setattr(narrow_linear, "available", lambda device: False)
+    assert [family(w) for w in (1, 8, 64)] == [None] * 3
 
 
 def test_a_family_reaches_inductor_only_under_max_autotune_and_keys_the_package(monkeypatch):

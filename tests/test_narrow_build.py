@@ -192,3 +192,37 @@ def test_loading_a_bfloat16_cpu_target_starts_the_build_with_the_options_mode(mo
         with pytest.raises(RuntimeError, match="not loaded"):
             TargetModel.load(None, dtype, device, options)
     assert started == ["avx512"]
+
+
+@pytest.mark.parametrize(("bf16", "capability", "kind"), [(True, "AVX512", "avx512-bf16"), (False, "AVX512", "avx2"),
+                                                          (False, "AVX2", "avx2"), (False, "DEFAULT", None)])
+def test_each_cpu_kind_builds_its_own_library_with_its_own_flags(monkeypatch, tmp_path, bf16, capability, kind):
+    """AVX512-BF16 gets attention and the bfloat16 dot-product linear; a CPU with AVX2 alone (or AVX512
+    without BF16) the linear kernel on float32 FMAs, compiled without an AVX512 flag it cannot run;
+    neither: nothing is built, and the reason says so."""
+    monkeypatch.setattr(narrow_attention, "_state", {})
+    monkeypatch.setenv("SPECHARNESS_CACHE", str(tmp_path))
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: bf16)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    calls = []
+
+    def load(name, sources, extra_cflags, **kwargs):
+        calls.append(([Path(s).name for s in sources], extra_cflags))
+
+    from torch.utils import cpp_extension
+    monkeypatch.setattr(cpp_extension, "load", load)
+    monkeypatch.setattr(torch.library, "register_fake", lambda name: lambda fn: fn)
+    assert narrow_attention.library() == kind
+    assert narrow_attention.loaded() is (kind is not None)
+    if kind is None:
+        assert calls == [] and "neither AVX512-BF16 nor AVX2" in narrow_attention.reason()
+        return
+    (sources, flags), = calls
+    assert sources == [s.name for s in narrow_attention.LIBRARIES[kind][0]]
+    assert ("narrow_attention.cpp" in sources) is ("-mavx512bf16" in flags) is (kind == "avx512-bf16")
+    assert "-mavx2" in flags or kind == "avx512-bf16"
+    # the attention kernel is in the AVX512-BF16 build alone; elsewhere SDPA, and the reason names the CPU
+    assert narrow_attention.available(torch.device("cpu"), narrow_attention.HEAD_DIMS[0]) is (kind == "avx512-bf16")
+    assert (narrow_attention.reason() is None) is (kind == "avx512-bf16")
+    if kind == "avx2":
+        assert narrow_attention.reason().startswith("this CPU has no AVX512-BF16")

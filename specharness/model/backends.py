@@ -67,7 +67,7 @@ def narrowest_width(option: str, dtype: torch.dtype, mode: str, device: torch.de
 # with that family alone: (CPU flag present, flag absent, dtype, mode, tiers, evidence). A graph of
 # ``width`` positions takes the first tier (widest width, family) that holds it and whose family is
 # usable here ("NARROW": our ``accel.narrow_linear``, where the engine's C++ library loads); "CPP" is
-# inductor's C++ GEMM template, "ATEN" oneDNN. Max-autotune times each layer's GEMMs apart, on weights
+# inductor's C++ GEMM template, "ATEN" oneDNN, None max-autotune's own choice. Max-autotune times each layer's GEMMs apart, on weights
 # left in cache by the previous call, and its picks lost to one family whole in place; elsewhere
 # max-autotune chooses (its timings: ``accel.autotune_timing``).
 GEMM_FAMILIES = (
@@ -76,6 +76,12 @@ GEMM_FAMILIES = (
      "and timed round-robin in one process: our kernel alone 8.6/9.4/10.6/21.0 ms, the C++ template alone "
      "8.0 at width 2 (9.6/9.7/38.8/77.4 in the first A/B), oneDNN alone 14.1/12.7/15.4/22.0, max-autotune's "
      "per-layer mix 11.3/11.3/16.1/21.9 (results/smollm2-cpu-epyc-narrow-linear, results/smollm2-cpu-epyc-gemm-families)"),
+    # no bfloat16 dot products (oneDNN emulates them): our kernel's AVX2 build; past 16 not measured
+    ("avx2", "avx512_bf16", torch.bfloat16, "max-autotune", ((16, "NARROW"), (None, None)),
+     "2-core AMD EPYC Zen 3 (AVX2 only), SmolLM2-135M, 2 threads, the full model's forward at widths "
+     "1/2/4/8/16, every arm built fresh and timed round-robin in one process: our kernel alone "
+     "12.2/12.9/17.0/23.9/40.8 ms, max-autotune's per-GEMM choice 13.2/14.7/27.2/48.0/92.9, the C++ template "
+     "alone 13.3/14.6/25.7/47.9/99.2 (results/smollm2-cpu-epyc-avx2-narrow-linear)"),
 )
 
 

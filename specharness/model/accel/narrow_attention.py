@@ -25,6 +25,8 @@ registered as ``torch.ops.specharness.narrow_attention`` with a fake kernel, so 
 of a static width call it as one extern op (the dynamic-width graph of prefills keeps SDPA: a width
 test there would be a guard, and a prompt on its other side a recompile while timing). Where it cannot be used (no AVX512-BF16, another head size, no compiler,
 a failed build: one line on stderr says which), ``available`` is False and attention keeps SDPA.
+A CPU with AVX2 and no AVX512-BF16 builds the library without this kernel (``LIBRARIES``: the linear
+kernel alone, on float32 FMAs), so there too attention keeps SDPA.
 If the op raises at run time (eagerly or inside a compiled graph), ``TargetModel.run_with_fallback``
 reruns that forward on SDPA, ``record_failure`` says so in one line, and SDPA serves for the rest of
 the process (result headers record ``narrow_attention: "sdpa (fallback: ...)"``).
