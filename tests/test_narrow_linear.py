@@ -115,7 +115,9 @@ class KernelCalls(TorchDispatchMode):
 
 
 @needs_kernel
-@pytest.mark.parametrize("family", ["llama", "qwen2"])  # qwen2: q/k/v biases, widened to float32 at freezing
+# qwen2: q/k/v biases, widened to float32 at freezing (-m slow: ~90 s a family on a 2-core CPU; the kernel's
+# bias is tested on its own above)
+@pytest.mark.parametrize("family", ["llama", pytest.param("qwen2", marks=pytest.mark.slow)])
 def test_a_bfloat16_target_on_the_kernel_builds_every_graph_and_decodes_as_it_does_eagerly(own_cache, family):
     """A tiny bfloat16 model, its static graphs on our kernel, its graphs exported into the store (the
     dynamic-width prefill graph too, where a width test would have been a failed guard): every
