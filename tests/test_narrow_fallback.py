@@ -36,6 +36,7 @@ def _(rows: torch.Tensor) -> torch.Tensor:
 def failing_kernel(monkeypatch):
     """The narrow kernel "available" (its AVX512-BF16 path, up to 8 positions) and raising when called."""
     monkeypatch.setattr(narrow_attention, "_state", {"loaded": True, "why": None})
+    monkeypatch.setattr(narrow_attention, "library", lambda: "avx512-bf16")  # the build that holds attention
     monkeypatch.setattr(narrow_attention, "kind", lambda mode="on": "avx512-bf16")
     monkeypatch.setattr(narrow_attention, "narrow_attention",
                         lambda rows, k, v, bias, kind="avx512-bf16": torch.ops.specharness_test.narrow_fails(rows))

@@ -193,8 +193,8 @@ def test_a_kernel_that_cannot_build_leaves_sdpa_with_a_one_line_note(monkeypatch
     monkeypatch.setattr(cpp_extension, "load", fail)
     target = TargetModel.tiny("llama", vocab_size=32, n_layers=1, hidden_size=128, n_heads=2, n_kv_heads=1, dtype="bfloat16")
     assert not target.attention.narrow and not target.kernel_flags()["narrow_attention"]
-    lines = [ln for ln in capsys.readouterr().err.splitlines() if "narrow attention" in ln and "unavailable" in ln]
-    assert lines == ["engine: narrow attention kernel unavailable: its build failed (RuntimeError: Error building "
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "C++ kernels" in ln and "unavailable" in ln]
+    assert lines == ["engine: the engine's C++ kernels are unavailable: its build failed (RuntimeError: Error building "
                      "extension 'specharness_narrow_attention'); SDPA serves every width (and oneDNN or inductor every "
                      "linear layer)"]
     assert narrow_attention.reason().startswith("its build failed")
