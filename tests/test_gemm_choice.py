@@ -47,6 +47,9 @@ def test_a_cpu_with_avx2_alone_gets_our_kernel_to_width_16_and_autotune_past_it(
     assert family("wide") is None and family(8, dtype=torch.float32) is None and family(8, mode="default") is None
     monkeypatch.setattr(narrow_linear, "available", lambda device: False)
     assert [family(w) for w in (1, 8, 64)] == [None] * 3
+    monkeypatch.setattr(narrow_linear, "available", lambda device: True)
+    monkeypatch.setattr(engine_choice, "cpu_features", lambda: ("avx2", "fma", "avx512f"))  # AVX512 without BF16:
+    assert family(8) is None  # it builds the AVX2 kernel, but was not measured: max-autotune chooses
 
 
 def test_a_family_reaches_inductor_only_under_max_autotune_and_keys_the_package(monkeypatch):

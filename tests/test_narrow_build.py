@@ -221,6 +221,9 @@ def test_each_cpu_kind_builds_its_own_library_with_its_own_flags(monkeypatch, tm
     assert sources == [s.name for s in narrow_attention.LIBRARIES[kind][0]]
     assert ("narrow_attention.cpp" in sources) is ("-mavx512bf16" in flags) is (kind == "avx512-bf16")
     assert "-mavx2" in flags or kind == "avx512-bf16"
+    if kind == "avx2":  # nothing this CPU cannot run, and a build directory of its own
+        assert not any(flag.startswith(("-mavx512", "-mamx")) for flag in flags)
+        assert narrow_attention.build_key("avx2") != narrow_attention.build_key("avx512-bf16")
     # the attention kernel is in the AVX512-BF16 build alone; elsewhere SDPA, and the reason names the CPU
     assert narrow_attention.available(torch.device("cpu"), narrow_attention.HEAD_DIMS[0]) is (kind == "avx512-bf16")
     assert (narrow_attention.reason() is None) is (kind == "avx512-bf16")

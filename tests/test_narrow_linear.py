@@ -38,6 +38,20 @@ def test_the_kernel_rounds_the_float32_sums_as_a_bfloat16_linear_does(rows, bias
     assert (out == exact.bfloat16()).float().mean() > 0.99  # and nearly always round to the same value
 
 
+@needs_kernel
+def test_infinities_and_nans_come_out_as_the_float32_sums_give_them():
+    """Rounding past bfloat16's largest value gives inf, an infinite input inf, a NaN input NaN (whose
+    sign and payload the two builds may differ in: only NaN-ness is the contract)."""
+    assert narrow_linear.available(CPU), narrow_attention.reason()
+    w = torch.full((32, 64), 0.5).bfloat16()
+    x = torch.ones(4, 64)
+    x[0, 3], x[1, 5], x[2] = float("inf"), float("nan"), 3e38  # 64 x 1.5e38 overflows float32 too
+    x[3, 7] = -float("inf")
+    out, exact = narrow_linear.linear(x.bfloat16(), w), F.linear(x.bfloat16().float(), w.float())
+    assert torch.equal(out.isnan(), exact.isnan()) and torch.equal(out.isinf(), exact.isinf())
+    assert out[0].isposinf().all() and out[1].isnan().all() and out[2].isposinf().all() and out[3].isneginf().all()
+
+
 def test_it_takes_only_bfloat16_weights_of_32_column_tiles_and_even_rows():
     x = torch.zeros(2, 64, dtype=torch.bfloat16)
     assert narrow_linear.fits(x, torch.zeros(96, 64, dtype=torch.bfloat16))

@@ -76,8 +76,9 @@ GEMM_FAMILIES = (
      "and timed round-robin in one process: our kernel alone 8.6/9.4/10.6/21.0 ms, the C++ template alone "
      "8.0 at width 2 (9.6/9.7/38.8/77.4 in the first A/B), oneDNN alone 14.1/12.7/15.4/22.0, max-autotune's "
      "per-layer mix 11.3/11.3/16.1/21.9 (results/smollm2-cpu-epyc-narrow-linear, results/smollm2-cpu-epyc-gemm-families)"),
-    # no bfloat16 dot products (oneDNN emulates them): our kernel's AVX2 build; past 16 not measured
-    ("avx2", "avx512_bf16", torch.bfloat16, "max-autotune", ((16, "NARROW"), (None, None)),
+    # AVX2 without AVX512 (oneDNN emulates bfloat16 GEMMs): our kernel's AVX2 build; past 16 not measured.
+    # AVX512 CPUs without BF16 (Skylake-SP, Ice Lake) also build it, but were not measured: autotune there
+    ("avx2", "avx512f", torch.bfloat16, "max-autotune", ((16, "NARROW"), (None, None)),
      "2-core AMD EPYC Zen 3 (AVX2 only), SmolLM2-135M, 2 threads, the full model's forward at widths "
      "1/2/4/8/16, every arm built fresh and timed round-robin in one process: our kernel alone "
      "12.2/12.9/17.0/23.9/40.8 ms, max-autotune's per-GEMM choice 13.2/14.7/27.2/48.0/92.9, the C++ template "

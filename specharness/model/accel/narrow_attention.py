@@ -263,7 +263,7 @@ def reason() -> str | None:
     """Why the attention kernel is unavailable in this process, once ``available`` has tried it: the
     library's failure, or a CPU whose library holds the linear kernel alone."""
     if _state.get("loaded") and library() != "avx512-bf16":
-        return f"this CPU has no AVX512-BF16 (its library holds the {LIBRARIES[library()][2]} kernel alone)"
+        return "this CPU has no AVX512-BF16 (its build of the engine's library holds the linear kernel alone)"
     return _state.get("why")  # type: ignore[return-value]
 
 

@@ -10,9 +10,10 @@
 // then feeds 8 columns x 2 k of every row by two FMAs a row, the weights stay half the bytes of
 // float32, and a few rows cost what the weights' stream costs until the FMAs bind.
 //
-// Same op, layout and rounding as narrow_linear.cpp: x [M, K] bfloat16 contiguous, K even; w packed
+// Same op and layout as narrow_linear.cpp: x [M, K] bfloat16 contiguous, K even; w packed
 // [N/32, K/2, 32, 2] bfloat16; bias [N] float32 or none; returns [M, N] bfloat16, float32 sums
-// rounded to nearest even once. Only one of the two libraries is built in a process.
+// rounded to nearest even once (as there, but a NaN comes out as the quiet NaN 0x7FC0 whatever its sign
+// and payload, and float32 denormals are not flushed). Only one of the two libraries is built in a process.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -40,7 +41,8 @@ inline void store_bf16(at::BFloat16* out, __m256 v) {
 
 // rows [0, R) of x (widened to float32, row stride K) against column groups [g0, g0 + G) of one
 // tile (8 columns each) over all K/2 k pairs; the groups' weights are loaded once per k pair and
-// serve every row (registers: R x G accumulators, 2G weights, 2 broadcasts)
+// serve every row (R x G accumulators, 2G widened weights, 2 broadcasts: at 2 rows x 4 groups that is
+// 18 of the 16 ymm registers, yet it measured as fast as 2 groups a pass)
 template <int R, int G>
 void groups(const float* x, int64_t K, const uint32_t* wt, const float* bias, at::BFloat16* y, int64_t N,
             int64_t n0, int g0) {
@@ -72,8 +74,8 @@ void groups(const float* x, int64_t K, const uint32_t* wt, const float* bias, at
     for (int g = 0; g < G; ++g) store_bf16(y + r * N + n0 + 8 * (g0 + g), acc[r][g]);
 }
 
-// one tile's 32 columns for rows [0, R): in passes of G groups, G as wide as 16 registers allow
-// (the tile's later passes read its weights from L1/L2, not memory)
+// one tile's 32 columns for rows [0, R): in passes of G groups (the tile's later passes read its
+// weights from L1/L2, not memory)
 template <int R>
 void tile(const float* x, int64_t K, const uint32_t* wt, const float* bias, at::BFloat16* y, int64_t N, int64_t n0) {
   constexpr int G = R <= 2 ? 4 : R <= 4 ? 2 : 1;
@@ -95,7 +97,7 @@ at::Tensor narrow_linear(const at::Tensor& x, const at::Tensor& w, const std::op
                 "narrow_linear: bias must be [", N, "] contiguous float32");
   auto y = at::empty({M, N}, x.options());
   if (M == 0) return y;
-  // the rows widened once (exact): M x K floats, a few KB
+  // the rows widened once (exact): M x K floats
   std::vector<float> xf(M * K);
   const auto* xb = reinterpret_cast<const uint16_t*>(x.const_data_ptr<at::BFloat16>());
   for (int64_t i = 0; i < M * K; ++i) {
@@ -106,7 +108,7 @@ at::Tensor narrow_linear(const at::Tensor& x, const at::Tensor& w, const std::op
   const float* bp = bias.has_value() ? bias->const_data_ptr<float>() : nullptr;
   at::BFloat16* yp = y.data_ptr<at::BFloat16>();
   const int64_t size = K / 2 * COLS;  // 32-bit words per tile
-  // each thread a contiguous range of column tiles; each tile serves every group of 8 rows while cached
+  // each thread a contiguous range of column tiles; each tile serves every group of 4 rows while cached
   at::parallel_for(0, n_tiles, 1, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t)
       for (int64_t m0 = 0; m0 < M; m0 += ROWS)
