@@ -132,15 +132,14 @@ class KernelCalls(TorchDispatchMode):
 # qwen2: q/k/v biases, widened to float32 at freezing (-m slow: ~90 s a family on a 2-core CPU; the kernel's
 # bias is tested on its own above)
 @pytest.mark.parametrize("family", ["llama", pytest.param("qwen2", marks=pytest.mark.slow)])
-def test_a_bfloat16_target_on_the_kernel_builds_every_graph_and_decodes_as_it_does_eagerly(own_cache, family):
+def test_a_bfloat16_target_on_the_kernel_builds_its_graphs_and_gives_eagers_tokens(own_cache, family):
     """A tiny bfloat16 model, its static graphs on our kernel, its graphs exported into the store (the
-    dynamic-width prefill graph too, where a width test would have been a failed guard): every
-    greedy token the same as eagerly, and logits at widths 2 and 8 close to eager's (random weights
-    of 32-column tiles; the sums differ only in order), the kernel called by those graphs."""
-    from specharness.engine import generate
-    from specharness.methods.vanilla import NoDraft
+    dynamic-width prefill graph too, where a width test would have been a failed guard): logits at
+    widths 2 and 8 close to eager's (random weights of 32-column tiles; the sums differ only in order)
+    and the same greedy token at every position (or a certified near-tie), the kernel called by those
+    graphs. (A greedy generate through the width-1 graph as well cost ~15 s of the default run; one
+    row is the kernel tests' case above.)"""
     from specharness.model import TargetModel
-    from specharness.verify import greedy
     tiny = dict(vocab_size=64, n_layers=2, hidden_size=64, seed=5, dtype="bfloat16", options=EngineOptions(gemm="narrow"))
     compiled, eager = TargetModel.tiny(family, **tiny), TargetModel.tiny(family, **tiny)
     compiled.compile("default")
@@ -154,8 +153,6 @@ def test_a_bfloat16_target_on_the_kernel_builds_every_graph_and_decodes_as_it_do
         return [target.forward(torch.arange(w), cache, start, head=True).logits.float() for w, start in ((2, 6), (8, 8))]
 
     with torch.inference_mode():
-        assert generate(compiled, NoDraft(), greedy, prompt, 8).token_ids == \
-            generate(eager, NoDraft(), greedy, prompt, 8).token_ids
         want = logits(eager)
         logits(compiled)  # builds the width-2 and width-8 graphs
         with KernelCalls() as calls:
