@@ -118,7 +118,7 @@ def test_the_loader_compiles_the_copy_in_the_build_directory_with_no_stale_lock(
     (first, directory, stale), (second, _, _) = calls
     assert directory == build_dir and not stale
     assert first == second == [str(build_dir / source.name) for source in narrow_attention.LIBRARIES["avx512-bf16"][0]]
-    for source in narrow_attention.LIBRARIES["avx512-bf16"][0]:
+    for source in (*narrow_attention.LIBRARIES["avx512-bf16"][0], *narrow_attention.HEADERS):
         assert (build_dir / source.name).read_bytes() == source.read_bytes()
 
 
@@ -157,7 +157,7 @@ def test_a_build_that_raises_gives_its_reason_not_a_traceback(monkeypatch, capsy
     monkeypatch.setattr(narrow_attention, "_state", {})
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
 
-    def compile_and_load():
+    def compile_and_load(kind):
         raise PermissionError("cannot write the cache")
 
     monkeypatch.setattr(narrow_attention, "_compile_and_load", compile_and_load)

@@ -72,6 +72,7 @@ LIBRARIES = {
     "avx2": ((SOURCE.with_name("narrow_linear_avx2.cpp"),), ["-O3", "-mavx2", "-mfma", "-fopenmp"],
              "narrow linear, AVX2"),
 }
+HEADERS = (SOURCE.with_name("narrow_linear_args.h"),)  # included by both builds: copied beside them, in the key
 
 _state: dict[str, object] = {}  # "loaded": bool, once tried; "why": the reason it is not; "failed": a run-time failure;
 # "building": (thread, its result) while build_in_background runs
@@ -102,10 +103,11 @@ def library() -> str | None:
     return "avx2" if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") else None
 
 
-def build_key(kind: str = "avx512-bf16") -> str:
-    """What a build of library ``kind`` is keyed by: the sources, the flags, torch's version and the compiler."""
-    sources, flags, _ = LIBRARIES[kind]
-    key = (b"".join(source.read_bytes() for source in sources) + " ".join(flags).encode() + torch.__version__.encode()
+def build_key(kind: str | None = None) -> str:
+    """What a build of library ``kind`` (this CPU's by default) is keyed by: the sources and headers,
+    the flags, torch's version and the compiler."""
+    sources, flags, _ = LIBRARIES[kind or library()]
+    key = (b"".join(path.read_bytes() for path in (*sources, *HEADERS)) + " ".join(flags).encode() + torch.__version__.encode()
            + compiler_identity().encode())
     return hashlib.sha256(key).hexdigest()[:12]
 
@@ -131,17 +133,17 @@ def build_lock(build_dir: Path) -> Iterator[None]:
         yield
 
 
-def build_sources(build_dir: Path, kind: str = "avx512-bf16") -> list[Path]:
-    """Library ``kind``'s sources, copied into their build directory (once: the directory is keyed by the
-    sources), so the compile command is the same from every checkout: built from the checkout's own
-    path, each clone's different path made ninja rebuild it (30 s) when another checkout had built it."""
-    copies = []
-    for source in LIBRARIES[kind][0]:
-        copy = build_dir / source.name
-        if not copy.exists() or copy.read_bytes() != source.read_bytes():
-            shutil.copyfile(source, copy)
-        copies.append(copy)
-    return copies
+def build_sources(build_dir: Path, kind: str) -> list[Path]:
+    """Library ``kind``'s sources (and the headers they include), copied into their build directory
+    (once: the directory is keyed by them), so the compile command is the same from every checkout:
+    built from the checkout's own path, each clone's different path made ninja rebuild it (30 s) when
+    another checkout had built it. Returns the sources to compile."""
+    sources = LIBRARIES[kind][0]
+    for path in (*sources, *HEADERS):
+        copy = build_dir / path.name
+        if not copy.exists() or copy.read_bytes() != path.read_bytes():
+            shutil.copyfile(path, copy)
+    return [build_dir / source.name for source in sources]
 
 
 def _ninja_on_path() -> None:
@@ -161,7 +163,7 @@ def _build() -> str | None:
     if kind is None:
         return f"this CPU has neither AVX512-BF16 nor AVX2 (torch's CPU capability: {torch.backends.cpu.get_cpu_capability()})"
     try:  # no compiler, no ninja, a compile error, a cache it cannot write: SDPA still works
-        _compile_and_load()
+        _compile_and_load(kind)
     except Exception as exc:
         return f"its build failed ({exception_line(exc)})"
     if kind == "avx512-bf16":
@@ -169,11 +171,10 @@ def _build() -> str | None:
     return None
 
 
-def _compile_and_load() -> None:
+def _compile_and_load(kind: str) -> None:
     _ninja_on_path()
     from torch.utils import cpp_extension
-    kind = library()
-    sources, flags, holds = LIBRARIES[kind]
+    _, flags, holds = LIBRARIES[kind]
     digest = build_key(kind)
     build_dir = cache_root() / "kernels" / f"narrow_attention-{digest}"
     build_dir.mkdir(parents=True, exist_ok=True)

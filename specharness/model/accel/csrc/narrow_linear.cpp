@@ -16,6 +16,8 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
+#include "narrow_linear_args.h"
+
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -80,15 +82,9 @@ constexpr RangeFn RANGES[ROWS + 1] = {nullptr, tile_range<1>, tile_range<2>, til
                                       tile_range<5>, tile_range<6>, tile_range<7>, tile_range<8>};
 
 at::Tensor narrow_linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.is_contiguous(),
-              "narrow_linear: x must be [rows, K] contiguous bfloat16");
-  TORCH_CHECK(w.dim() == 4 && w.scalar_type() == at::kBFloat16 && w.is_contiguous() && w.size(2) == COLS && w.size(3) == 2,
-              "narrow_linear: w must be packed [N/32, K/2, 32, 2] bfloat16 (narrow_linear.pack)");
-  const int64_t M = x.size(0), K = x.size(1), n_tiles = w.size(0), N = n_tiles * COLS;
-  TORCH_CHECK(w.size(1) * 2 == K, "narrow_linear: x has ", K, " columns, the packed weight ", w.size(1) * 2);
-  if (bias.has_value())
-    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == N && bias->scalar_type() == at::kFloat && bias->is_contiguous(),
-                "narrow_linear: bias must be [", N, "] contiguous float32");
+  const NarrowLinearShape shape = narrow_linear_shape(x, w, bias, COLS);
+  const int64_t M = shape.M, K = shape.K, N = shape.N;
+  const int64_t n_tiles = N / COLS;
   auto y = at::empty({M, N}, x.options());
   const auto* xp = reinterpret_cast<const uint16_t*>(x.const_data_ptr<at::BFloat16>());
   const auto* wp = reinterpret_cast<const uint16_t*>(w.const_data_ptr<at::BFloat16>());
