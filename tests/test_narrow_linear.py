@@ -39,6 +39,20 @@ def test_the_kernel_rounds_the_float32_sums_as_a_bfloat16_linear_does(rows, bias
 
 
 @needs_kernel
+def test_a_rows_output_does_not_depend_on_the_rows_beside_it():
+    """Each row sums its products in one order whatever the call's row count and its place in the row
+    passes, so a verification's logits for a position are the bits a one-position step gives."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(17, 192, generator=g).bfloat16()
+    w = torch.randn(96, 192, generator=g).bfloat16()
+    b = torch.randn(96, generator=g).bfloat16()
+    whole = narrow_linear.linear(x, w, b)
+    for rows in range(1, 17):
+        assert torch.equal(narrow_linear.linear(x[:rows], w, b), whole[:rows]), rows
+        assert torch.equal(narrow_linear.linear(x[rows:], w, b), whole[rows:]), rows
+
+
+@needs_kernel
 def test_infinities_and_nans_come_out_as_the_float32_sums_give_them():
     """Rounding past bfloat16's largest value gives inf, an infinite input inf, a NaN input NaN (whose
     sign and payload the two builds may differ in: only NaN-ness is the contract)."""
