@@ -34,6 +34,7 @@ import torch
 from specharness import draft_vocab
 from specharness.api import DecodeState, Proposal, Verified
 from specharness.hookspecs import DrafterSpec, hookimpl
+from specharness.model import topk_indices
 from specharness.options import OptionSpec
 
 # the template: paths of successor ranks, most likely first (breadth on the first levels, depth on
@@ -102,7 +103,7 @@ class TokenRecycling:
 
     def commit(self, state: DecodeState, verified: Verified) -> None:
         logits = verified.tree_logits if self.rows is None else verified.tree_logits.index_select(-1, self.rows)
-        rows = draft_vocab.tokens(logits.topk(self.k, dim=-1).indices, self.rows).tolist()
+        rows = draft_vocab.tokens(topk_indices(logits, self.k), self.rows).tolist()
         self.successors.update(zip(verified.tree_tokens, rows))
 
 

@@ -39,7 +39,7 @@ import torch
 from specharness import draft_vocab
 from specharness.api import DecodeState, Proposal
 from specharness.errors import UsageError
-from specharness.model import argmax
+from specharness.model import argmax, topk_indices
 from specharness.options import OptionSpec
 from specharness.training import checkpoint_summary
 
@@ -145,7 +145,7 @@ class MedusaDrafter:
             return Proposal(tokens, q)
         # a tree: node (depth d, rank r) takes head d's r-th most likely token; chosen deterministically,
         # so sampling verifies them as point masses (Medusa's typical acceptance is not lossless)
-        ranked = draft_vocab.tokens(logits.topk(min(self.top, logits.shape[-1]), dim=-1).indices, self.rows).tolist()
+        ranked = draft_vocab.tokens(topk_indices(logits, min(self.top, logits.shape[-1])), self.rows).tolist()
         keep = [i for i, d in enumerate(self.depth_of) if d < k]  # paths the remaining budget allows
         where = {i: j for j, i in enumerate(keep)}
         tokens = [ranked[self.depth_of[i]][self.picks[i][1]] for i in keep]

@@ -65,12 +65,12 @@ SOURCE = Path(__file__).with_name("csrc") / "narrow_attention.cpp"
 # one library holds the engine's C++ ops, built and loaded together; which build, by the CPU's kind
 # (``library``): (its sources, its compiler flags, what it holds)
 LIBRARIES = {
-    "avx512-bf16": ((SOURCE, SOURCE.with_name("narrow_linear.cpp")),
+    "avx512-bf16": ((SOURCE, SOURCE.with_name("narrow_linear.cpp"), SOURCE.with_name("row_topk.cpp")),
                     ["-O3", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512bf16", "-mamx-tile",
-                     "-mamx-bf16", "-mfma", "-fopenmp"], "narrow attention and linear"),
+                     "-mamx-bf16", "-mfma", "-fopenmp"], "narrow attention, linear and row top-k"),
     # no bfloat16 dot products: the linear kernel alone, on float32 FMAs (attention keeps SDPA)
-    "avx2": ((SOURCE.with_name("narrow_linear_avx2.cpp"),), ["-O3", "-mavx2", "-mfma", "-fopenmp"],
-             "narrow linear, AVX2"),
+    "avx2": ((SOURCE.with_name("narrow_linear_avx2.cpp"), SOURCE.with_name("row_topk.cpp")),
+             ["-O3", "-mavx2", "-mfma", "-fopenmp"], "narrow linear and row top-k, AVX2"),
 }
 HEADERS = (SOURCE.with_name("narrow_linear_args.h"),)  # included by both builds: copied beside them, in the key
 
@@ -217,6 +217,11 @@ def available(device: torch.device, head_dim: int, mode: str = "on") -> bool:
     if device.type != "cpu" or head_dim not in HEAD_DIMS or mode == "off":
         return False
     return loaded() and library() == "avx512-bf16"
+
+
+def is_loaded() -> bool:
+    """Whether the library is loaded in this process already; never builds it nor waits for a build."""
+    return bool(_state.get("loaded"))
 
 
 def loaded() -> bool:

@@ -1,0 +1,34 @@
+"""Each row's k largest logits by a C++ kernel of our own (``csrc/row_topk.cpp``), where the engine's
+library is loaded; ``torch`` elsewhere.
+
+Why: a round's bookkeeping reads the verified logits, [nodes, vocabulary], and torch's CPU
+kernels for it are dear next to what they do: on a 2-core EPYC ``topk`` over 8 x 49,152 bfloat16
+logits took ~0.3 ms (Token Recycling's matrix, every round), and ``max`` 51 us for one row
+(greedy verification, every round of every method). The kernel compares 8 values per instruction
+against the running k-th largest and inserts the rare larger one, one pass over the row.
+
+It asks only whether the library is already loaded (a compiled bfloat16 target loads it for its
+linear kernel, on AVX512-BF16 and on AVX2 CPUs) and never builds it, so an eager target, another
+CPU or CUDA keeps torch's kernels. The kernel's order is torch's where values differ; among equal values
+it takes the lowest index first, as ``argmax`` does (``topk`` leaves ties unordered).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import narrow_attention
+
+
+def usable(x: torch.Tensor) -> bool:
+    """Whether the kernel takes ``x``'s rows: bfloat16 or float32 on the CPU, the library loaded, not
+    inside a graph being traced (the op has no fake kernel)."""
+    return (x.device.type == "cpu" and x.dtype in (torch.bfloat16, torch.float32)
+            and narrow_attention.is_loaded() and not torch.compiler.is_compiling())
+
+
+def topk_indices(x: torch.Tensor, k: int) -> torch.Tensor:
+    """[R, V] -> [R, k] int64: each row's indices of its ``k`` largest values, largest first."""
+    if x.dim() == 2 and usable(x):
+        return torch.ops.specharness.row_topk(x.contiguous(), k)
+    return x.topk(k, dim=-1).indices
