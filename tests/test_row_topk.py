@@ -50,6 +50,9 @@ def test_equal_values_come_lowest_index_first_so_k1_is_argmax(kernel):
         assert got[r].tolist() == want, r
     assert torch.equal(row_topk.topk_indices(x, 1).squeeze(1), x.float().argmax(-1))
     assert torch.equal(argmax(x), x.float().argmax(-1)) and torch.equal(argmax(x[5]), x[5].float().argmax())
+    assert argmax(x[5]).shape == () and argmax(x).shape == (64,)
+    assert row_topk.usable(x[5]) and not row_topk.usable(x[:, :500])  # not contiguous: torch's kernel serves
+    assert torch.equal(argmax(x[:, :500]), x[:, :500].float().argmax(-1))
 
 
 def test_without_the_library_torch_serves(monkeypatch):

@@ -20,15 +20,32 @@ import torch
 from . import narrow_attention
 
 
+_ops: dict[str, object] = {}  # the library's op overloads, looked up once (each lookup is Python)
+
+
+def _op(name: str):
+    op = _ops.get(name)
+    if op is None:
+        op = _ops[name] = getattr(torch.ops.specharness, name).default
+    return op
+
+
 def usable(x: torch.Tensor) -> bool:
-    """Whether the kernel takes ``x``'s rows: bfloat16 or float32 on the CPU, the library loaded, not
-    inside a graph being traced (the op has no fake kernel)."""
-    return (x.device.type == "cpu" and x.dtype in (torch.bfloat16, torch.float32)
+    """Whether the kernel takes ``x``'s rows: contiguous bfloat16 or float32 on the CPU, the library
+    loaded, not inside a graph being traced (the op has no fake kernel). Attribute checks only: right
+    after a target forward each torch call costs tens of microseconds."""
+    return (x.is_cpu and x.dtype in (torch.bfloat16, torch.float32) and x.is_contiguous()
             and narrow_attention.is_loaded() and not torch.compiler.is_compiling())
 
 
 def topk_indices(x: torch.Tensor, k: int) -> torch.Tensor:
     """[R, V] -> [R, k] int64: each row's indices of its ``k`` largest values, largest first."""
     if x.dim() == 2 and usable(x):
-        return torch.ops.specharness.row_topk(x.contiguous(), k)
+        return _op("row_topk")(x, k)
     return x.topk(k, dim=-1).indices
+
+
+def argmax(x: torch.Tensor) -> torch.Tensor:
+    """[V] -> [], [R, V] -> [R]: the first largest value's index along the last dimension, in one op
+    call (``layers.argmax`` asks ``usable`` first)."""
+    return _op("row_argmax")(x)

@@ -8,7 +8,7 @@
 // and only the rare larger one is inserted into a sorted list of k (expected k ln(V/k) insertions
 // on random data).
 //
-// Layout: x [R, V] bfloat16 or float32, contiguous; k <= V. Returns [R, k] int64, each row's
+// Layout: x [R, V] (or one row [V]) bfloat16 or float32, contiguous; k <= V. Returns [R, k] ([k]) int64, each row's
 // indices by value, largest first; equal values by index, lowest first (the first k of a stable
 // descending sort). NaN is never chosen over a number (logits hold none).
 #include <torch/extension.h>
@@ -76,12 +76,13 @@ void row(const T* x, int64_t V, int k, int64_t* out) {
   for (int i = 0; i < k; ++i) out[i] = top.idx[i];
 }
 
+// [R, V] -> [R, k], or one row [V] -> [k]
 at::Tensor row_topk(const at::Tensor& x, int64_t k) {
-  TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "row_topk: x must be a contiguous [rows, V] tensor");
+  TORCH_CHECK((x.dim() == 1 || x.dim() == 2) && x.is_contiguous(), "row_topk: x must be a contiguous [V] or [rows, V] tensor");
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat, "row_topk: bfloat16 or float32 only");
-  const int64_t R = x.size(0), V = x.size(1);
+  const int64_t R = x.dim() == 2 ? x.size(0) : 1, V = x.size(-1);
   TORCH_CHECK(k >= 1 && k <= V, "row_topk: k must be in [1, V]");
-  at::Tensor out = at::empty({R, k}, x.options().dtype(at::kLong));
+  at::Tensor out = x.dim() == 2 ? at::empty({R, k}, x.options().dtype(at::kLong)) : at::empty({k}, x.options().dtype(at::kLong));
   int64_t* o = out.data_ptr<int64_t>();
   for (int64_t r = 0; r < R; ++r) {
     if (x.scalar_type() == at::kBFloat16)
@@ -92,8 +93,21 @@ at::Tensor row_topk(const at::Tensor& x, int64_t k) {
   return out;
 }
 
+// argmax over the last dimension as one op: [V] -> [], [R, V] -> [R] (a round's greedy verification
+// takes one row right after the target's forward, when every extra torch call costs tens of us)
+at::Tensor row_argmax(const at::Tensor& x) {
+  at::Tensor top = row_topk(x, 1);
+  return x.dim() == 2 ? top.view({x.size(0)}) : top.view(at::IntArrayRef{});  // (a bare {} would be view(dtype))
+}
+
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(specharness, m) { m.def("row_topk(Tensor x, int k) -> Tensor"); }
+TORCH_LIBRARY_FRAGMENT(specharness, m) {
+  m.def("row_topk(Tensor x, int k) -> Tensor");
+  m.def("row_argmax(Tensor x) -> Tensor");
+}
 
-TORCH_LIBRARY_IMPL(specharness, CPU, m) { m.impl("row_topk", &row_topk); }
+TORCH_LIBRARY_IMPL(specharness, CPU, m) {
+  m.impl("row_topk", &row_topk);
+  m.impl("row_argmax", &row_argmax);
+}
