@@ -53,6 +53,7 @@ def test_equal_values_come_lowest_index_first_so_k1_is_argmax(kernel):
     assert argmax(x[5]).shape == () and argmax(x).shape == (64,)
     assert row_topk.usable(x[5]) and not row_topk.usable(x[:, :500])  # not contiguous: torch's kernel serves
     assert torch.equal(argmax(x[:, :500]), x[:, :500].float().argmax(-1))
+    assert not row_topk.usable(x[5].float().requires_grad_())  # training's logits: torch's kernel serves
 
 
 def test_without_the_library_torch_serves(monkeypatch):

@@ -68,7 +68,7 @@ LIBRARIES = {
     "avx512-bf16": ((SOURCE, SOURCE.with_name("narrow_linear.cpp"), SOURCE.with_name("row_topk.cpp")),
                     ["-O3", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512bf16", "-mamx-tile",
                      "-mamx-bf16", "-mfma", "-fopenmp"], "narrow attention, linear and row top-k"),
-    # no bfloat16 dot products: the linear kernel alone, on float32 FMAs (attention keeps SDPA)
+    # no bfloat16 dot products: the linear kernel on float32 FMAs and the row top-k; no attention kernel (SDPA)
     "avx2": ((SOURCE.with_name("narrow_linear_avx2.cpp"), SOURCE.with_name("row_topk.cpp")),
              ["-O3", "-mavx2", "-mfma", "-fopenmp"], "narrow linear and row top-k, AVX2"),
 }
@@ -225,7 +225,7 @@ def is_loaded() -> bool:
 
 
 def loaded() -> bool:
-    """Whether the engine's C++ library (this kernel and ``narrow_linear``'s) is loaded in this
+    """Whether the engine's C++ library (this kernel, ``narrow_linear``'s and ``row_topk``'s) is loaded in this
     process, building it on the first ask or waiting for the build ``build_in_background`` started."""
     if "loaded" not in _state:
         building = _state.pop("building", None)
@@ -267,9 +267,9 @@ def narrow_attention(rows: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
 
 def reason() -> str | None:
     """Why the attention kernel is unavailable in this process, once ``available`` has tried it: the
-    library's failure, or a CPU whose library holds the linear kernel alone."""
-    if _state.get("loaded") and library() != "avx512-bf16":
-        return "this CPU has no AVX512-BF16 (its build of the engine's library holds the linear kernel alone)"
+    library's failure, or a CPU whose build of the library has no attention kernel."""
+    if is_loaded() and library() != "avx512-bf16":
+        return "this CPU has no AVX512-BF16 (its build of the engine's library has no attention kernel)"
     return _state.get("why")  # type: ignore[return-value]
 
 

@@ -31,10 +31,11 @@ def _op(name: str):
 
 
 def usable(x: torch.Tensor) -> bool:
-    """Whether the kernel takes ``x``'s rows: contiguous bfloat16 or float32 on the CPU, the library
-    loaded, not inside a graph being traced (the op has no fake kernel). Attribute checks only: right
-    after a target forward each torch call costs tens of microseconds."""
-    return (x.is_cpu and x.dtype in (torch.bfloat16, torch.float32) and x.is_contiguous()
+    """Whether the kernel takes ``x``'s rows: contiguous bfloat16 or float32 on the CPU, needing no
+    gradient (the op has no autograd kernel), the library loaded, not inside a graph being traced (nor
+    a fake kernel). Attribute checks only: right after a target forward each torch call costs tens of
+    microseconds."""
+    return (x.is_cpu and x.dtype in (torch.bfloat16, torch.float32) and x.is_contiguous() and not x.requires_grad
             and narrow_attention.is_loaded() and not torch.compiler.is_compiling())
 
 
