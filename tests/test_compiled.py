@@ -155,11 +155,16 @@ def _text_target(seed: int) -> TargetModel:
     return t
 
 
-def test_graphs_compiled_before_timing_are_the_ones_the_engine_reuses():
-    """Nothing compiles while timing. A compiled graph guards on its inputs' dispatch keys and the
-    engine's tensors are inference tensors, so the compile check of ``engine_choice.apply`` and
-    ``precompile`` must make theirs the same way; and every prefill, whatever its length, must run
-    the one dynamic-width graph warm-up compiled."""
+WARM_QUESTION = "a question of some forty characters, say"
+
+
+def test_warm_up_compiles_verification_widths_only_and_timing_reuses_its_graphs():
+    """Nothing compiles while timing, and a graph no round uses costs no compile. A compiled graph
+    guards on its inputs' dispatch keys and the engine's tensors are inference tensors, so the compile
+    check of ``engine_choice.apply`` and ``precompile`` must make theirs the same way; a vanilla run gets
+    width 1 and the dynamic-width graph only; a method verifying up to 8 positions adds buckets 2, 4 and
+    8, never 16-64; and every prefill, whatever its length, runs the one dynamic-width graph warm-up
+    compiled. (One test, one target: each graph of a tiny model still costs seconds to compile.)"""
     from specharness.plugins import build_registry
     from specharness.runner import Settings, build_method, run_question, warm_up
     from specharness.tasks.specbench import Question
@@ -179,35 +184,22 @@ def test_graphs_compiled_before_timing_are_the_ones_the_engine_reuses():
     assert engine_choice.apply(t, "default") == ("default", None)  # compiles width 1 and the dynamic width (its context)
     with no_recompile():
         generate(t, NoDraft(), greedy, list(range(3, 15)), 4)  # prefill 12 -> dynamic, then width 1
-    assert t.precompile(max_width=20) >= 1  # bucket 32 (and 8): new graphs
-    with no_recompile():
-        generate(t, NoDraft(), greedy, list(range(3, 30)), 4)  # prefill 27 -> dynamic, though bucket 32 exists
-    vanilla = build_method(build_registry(), "vanilla", [], t, 0.0)
-    warm_up(t, [vanilla], [Question("q", "qa", "qa", ["a short question"])], Settings(4, warmup=1))
-    with no_recompile():
-        run_question(t, vanilla, Question("long", "qa", "qa", ["a prompt of a hundred characters " * 3]),
-                     Settings(4))
-
-
-WARM_QUESTION = "a question of some forty characters, say"
-
-
-def test_warm_up_compiles_static_graphs_only_for_verification_widths():
-    """A graph no round uses still costs a compile per run: a vanilla run gets width 1 and the
-    dynamic-width graph only; a method verifying up to 8 positions adds buckets 2, 4 and 8, never 16-64."""
-    from specharness.plugins import build_registry
-    from specharness.runner import Settings, build_method, warm_up
-    from specharness.tasks.specbench import Question
-    t = _text_target(4)
-    t.compile("default")
     registry = build_registry()
     question = Question("q", "qa", "qa", [WARM_QUESTION])
-    warm_up(t, [build_method(registry, "vanilla", [], t, 0.0)], [question], Settings(4, warmup=1))
+    vanilla = build_method(registry, "vanilla", [], t, 0.0)
+    warm_up(t, [vanilla], [question], Settings(4, warmup=1))
     assert {g.width for g in t.backend.graphs} == {1, "wide"}
     pld = build_method(registry, "pld", ["k=3", "nodes=6"], t, 0.0)
     assert pld.max_width == 7
     warm_up(t, [pld], [question], Settings(4, warmup=1))
     assert {g.width for g in t.backend.graphs} == {1, 2, 4, 8, "wide"}
+    long = Question("long", "qa", "qa", ["a prompt of a hundred characters " * 3])
+    with no_recompile():
+        for method in (vanilla, pld):
+            run_question(t, method, long, Settings(4))
+    assert t.precompile(max_width=20) >= 1  # a bucket past 8: a new graph
+    with no_recompile():
+        generate(t, NoDraft(), greedy, list(range(3, 30)), 4)  # prefill 27 -> dynamic, though a bucket holds it
 
 
 @pytest.mark.slow  # 45 s of compiling; the default run's drafter-stack test checks a run's graphs with drafters
