@@ -130,6 +130,24 @@ def test_greedy_full_head_and_draft_vocab_identical(smol, vanilla_greedy, one_th
         _check_greedy_identical(smol, prompt, ref, gen.token_ids, f"draft_vocab={dv}")
 
 
+def test_first_eta_drafts_nothing_where_the_first_draft_is_unsure_and_keeps_vanillas_tokens(smol, vanilla_greedy,
+                                                                                              one_thread):
+    """``first_eta`` (not the paper's, which always proposes the first draft): a round whose first draft's
+    top-1 probability is <= first_eta verifies the current token alone. At 0 every round with room drafts,
+    at 1 none does, in between some do; the tokens stay vanilla's."""
+    if not kc.shipped_adapter_dir(smol, 2).is_dir():
+        pytest.skip("no shipped adapter")
+    prompt = _prompt(smol, "qa")
+    ref = vanilla_greedy(prompt, 32)
+    drafting = {}
+    for first in (0.0, 0.5, 1.0):
+        gen = generate(smol, kg.build(smol, {"first_eta": first}), greedy, prompt, 32)
+        _check_greedy_identical(smol, prompt, ref, gen.token_ids, f"first_eta={first}")
+        rounds = [k for k, _ in _rounds(gen)][:-2]  # the last rounds may have no room (max_draft)
+        drafting[first] = sum(k > 0 for k in rounds) / len(rounds)
+    assert drafting[0.0] == 1.0 and drafting[1.0] == 0.0 and 0.0 < drafting[0.5] < 1.0, drafting
+
+
 # ---- sampling is lossless (tiny model, exact distributions) --------------------------------------------
 def _sample_many(target, make_drafter, prompt, n_new, temperature, n):
     seen, paths = Counter(), Counter()
@@ -352,7 +370,7 @@ def test_plugin_registered():
     reg = build_registry()
     assert "kangaroo" in reg.drafters and "kangaroo" in reg.trainers
     names = {o.name for o in reg.drafters["kangaroo"].options}
-    assert names == {"exit_layer", "eta", "gamma", "adapter", "draft_vocab", "budget"}  # budget: the engine's
+    assert names == {"exit_layer", "eta", "first_eta", "gamma", "adapter", "draft_vocab", "budget"}  # budget: the engine's
 
 
 def test_trainer_bad_options(tiny, tmp_path):

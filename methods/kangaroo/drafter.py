@@ -57,6 +57,10 @@ OPTIONS = [
     # 3, not the paper's 6: the shipped adapter drafts 4+ tokens in < 1% of rounds at eta 0.6, and a cap of 3
     # ran at 1.007x of 6's speed (p 0.38) with one verification graph fewer (results/smollm2-cpu-epyc-kangaroo-gamma)
     OptionSpec("gamma", "int", 3, "most draft tokens per round", min=1),
+    # not the paper's (it always proposes the first draft): a round whose first draft is this unsure verifies the
+    # current token alone, a narrower forward, where such drafts are rarely kept and wide verification is dear
+    OptionSpec("first_eta", "float", 0.0, "propose no draft in a round whose first draft's top-1 draft probability "
+               "is <= first_eta (0: always propose it, as the paper)", min=0.0, max=1.0),
     OptionSpec("adapter", "str", "", "adapter checkpoint directory; empty = the shipped adapter for this "
                "model and exit layer; 'random' or 'random:SEED' = a freshly initialised one"),
     OptionSpec("draft_vocab", "int", -1, "draft head rows: 0 = full LM head, N = the N most frequent tokens "
@@ -68,11 +72,12 @@ class KangarooDrafter:
     """The Drafter interface (see specharness.engine): built once per method, per-sequence state reset in ``begin``."""
 
     def __init__(self, target: TargetModel, adapter: Adapter, exit_layer: int, eta: float, gamma: int,
-                 rows: torch.Tensor | None = None, stack: str = "") -> None:
+                 rows: torch.Tensor | None = None, stack: str = "", first_eta: float = 0.0) -> None:
         self.t = target
         self.adapter = adapter
         self.exit_layer = exit_layer
         self.eta = eta
+        self.first_eta = first_eta
         self.gamma = gamma
         self.max_width = gamma + 1  # the widest verification forward (compiled before timing)
         self.rows = rows  # draft head rows (token ids), None = full head
@@ -119,6 +124,8 @@ class KangarooDrafter:
         hs = [out.captured[l - 1]]
         while len(tokens) < budget:
             d = draft_vocab.draw(out.logits[-1], self.rows, t.vocab_size, state.temperature, state.generator)
+            if not tokens and d.confidence <= self.first_eta:
+                break  # lossless: the choice reads the draft distribution only, and an empty round is plain decoding
             if d.q is not None:
                 qs.append(d.q)
             tokens.append(d.token)
@@ -187,7 +194,8 @@ def build(target: TargetModel, options: dict, drafter_class: type = None) -> Kan
     rows = _draft_rows(target, opts, vocab, cfg, adapter.own_head_rows)
     stack = stack_name("kangaroo", _adapter_dir(target, opts) or opts["adapter"], l,
                        None if rows is None else rows.numel(), "shallow layers + adapter")
-    return (drafter_class or KangarooDrafter)(target, adapter, l, opts["eta"], opts["gamma"], rows, stack)
+    return (drafter_class or KangarooDrafter)(target, adapter, l, opts["eta"], opts["gamma"], rows, stack,
+                                              opts["first_eta"])
 
 
 def extra_params(target: TargetModel, options: dict) -> int:

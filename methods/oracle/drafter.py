@@ -24,7 +24,7 @@ from specharness.options import resolve_options
 from specharness.model import TargetModel
 from specharness.timing import clock_for
 
-OPTIONS = [o for o in kangaroo.OPTIONS if o.name != "eta"]
+OPTIONS = [o for o in kangaroo.OPTIONS if o.name not in ("eta", "first_eta")]  # the oracle stops by the target
 _KEEP = 256  # memoised continuations (prompts) kept per target
 
 
