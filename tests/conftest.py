@@ -3,7 +3,7 @@
 The suite depends on nothing outside the repository: questions come from the built-in sample
 (``tasks/sample_questions.jsonl``) whatever the environment says, and everything a test writes
 goes to a temporary cache directory. Only the converted default model and the engine's built C++
-kernel are shared with the user's cache (converting or building takes ~30 s; both are read-only
+kernel are shared with the user's cache (converting takes ~30 s, building ~15 s; both are read-only
 once written).
 """
 

@@ -17,7 +17,8 @@
 // query heads of T positions, head-major); caches [Hkv, L, d] bfloat16, contiguous; bias [T, n]
 // bfloat16 (the engine's, made once per forward), the additive mask (0 or -inf) of position
 // t = row % T over the first n slots. Returns [Hkv, R, d] float32.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 #include <ATen/Parallel.h>
 #include <ATen/cpu/Utils.h>
 #include <immintrin.h>

@@ -12,7 +12,8 @@
 // k pair, column, k within the pair: ``narrow_linear.pack``, folded into a constant when a graph is
 // frozen); bias [N] float32 (widened once, at freezing) or none. Returns [M, N] bfloat16: float32 sums rounded to nearest even,
 // as a bfloat16 GEMM rounds its float32 accumulator.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 

@@ -1,7 +1,8 @@
 // The narrow_linear op's argument checks, shared by its two builds (narrow_linear.cpp on AVX512-BF16,
 // narrow_linear_avx2.cpp on AVX2; one of them per library, narrow_attention.LIBRARIES).
 #pragma once
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 
 #include <optional>
 

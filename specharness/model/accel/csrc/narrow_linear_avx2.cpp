@@ -14,7 +14,8 @@
 // [N/32, K/2, 32, 2] bfloat16; bias [N] float32 or none; returns [M, N] bfloat16, float32 sums
 // rounded to nearest even once (as there, but a NaN comes out as the quiet NaN 0x7FC0 whatever its sign
 // and payload, and float32 denormals are not flushed). Only one of the two libraries is built in a process.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 

@@ -11,7 +11,8 @@
 // Layout: x [R, V] (or one row [V]) bfloat16 or float32, contiguous; k <= V. Returns [R, k] ([k]) int64, each row's
 // indices by value, largest first; equal values by index, lowest first (the first k of a stable
 // descending sort). NaN is never chosen over a number (logits hold none).
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 #include <immintrin.h>
 
 #include <cstdint>
