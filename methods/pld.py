@@ -90,7 +90,8 @@ def build(target, options: dict) -> PromptLookup:
 @hookimpl
 def specharness_drafters() -> list[DrafterSpec]:
     # budget=auto by default: 1.09x budget=max's speed on a CPU with AVX2 only, where 8 positions cost ~1.6x one
-    # (results/smollm2-cpu-epyc-avx2-budget), and 1.003-1.005x on the AVX512-BF16 EPYC (results/smollm2-cpu-epyc-source-budget)
+    # (results/smollm2-cpu-epyc-avx2-budget), and within 1% on the AVX512-BF16 EPYC
+    # (results/smollm2-cpu-epyc-source-budget; results/smollm2-cpu-epyc-n10-v12: max / auto 1.009, p 0.89)
     return [DrafterSpec("pld", build, OPTIONS, sizable=True, budget="auto", params=lambda target, options: 0,
                         help="prompt lookup: draft what followed the last n-gram's earlier occurrences (the "
                              "latest ones vote: a tree where they disagree); no training")]

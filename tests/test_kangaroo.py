@@ -131,21 +131,25 @@ def test_greedy_full_head_and_draft_vocab_identical(smol, vanilla_greedy, one_th
 
 
 def test_first_eta_drafts_nothing_where_the_first_draft_is_unsure_and_keeps_vanillas_tokens(smol, vanilla_greedy,
+                                                                                              identity_questions,
                                                                                               one_thread):
     """``first_eta`` (not the paper's, which always proposes the first draft): a round whose first draft's
     top-1 probability is <= first_eta verifies the current token alone. At 0 every round with room drafts,
-    at 1 none does, in between some do; the tokens stay vanilla's."""
+    at 1 none does, in between some do; the tokens stay vanilla's (on every subtask under ``-m slow``)."""
     if not kc.shipped_adapter_dir(smol, 2).is_dir():
         pytest.skip("no shipped adapter")
-    prompt = _prompt(smol, "qa")
-    ref = vanilla_greedy(prompt, 32)
-    drafting = {}
-    for first in (0.0, 0.5, 1.0):
-        gen = generate(smol, kg.build(smol, {"first_eta": first}), greedy, prompt, 32)
-        _check_greedy_identical(smol, prompt, ref, gen.token_ids, f"first_eta={first}")
-        rounds = [k for k, _ in _rounds(gen)][:-2]  # the last rounds may have no room (max_draft)
-        drafting[first] = sum(k > 0 for k in rounds) / len(rounds)
-    assert drafting[0.0] == 1.0 and drafting[1.0] == 0.0 and 0.0 < drafting[0.5] < 1.0, drafting
+    drafting = Counter()
+    for sub in sorted({q.subtask for q in identity_questions}):
+        prompt = _prompt(smol, sub)
+        ref = vanilla_greedy(prompt, 32)
+        for first in (0.0, 0.5, 1.0):
+            gen = generate(smol, kg.build(smol, {"first_eta": first}), greedy, prompt, 32)
+            _check_greedy_identical(smol, prompt, ref, gen.token_ids, f"{sub} first_eta={first}")
+            rounds = [k for k, _ in _rounds(gen)][:-2]  # the last rounds may have no room (max_draft)
+            drafting[first, "drafted"] += sum(k > 0 for k in rounds)
+            drafting[first, "rounds"] += len(rounds)
+    share = {first: drafting[first, "drafted"] / drafting[first, "rounds"] for first in (0.0, 0.5, 1.0)}
+    assert share[0.0] == 1.0 and share[1.0] == 0.0 and 0.0 < share[0.5] < 1.0, share
 
 
 # ---- sampling is lossless (tiny model, exact distributions) --------------------------------------------
@@ -201,6 +205,26 @@ def test_sampling_lossless_multi_draft_and_draft_vocab(tiny, one_thread):
         observed[seq[3:]] += c
     pval = chi_square(observed, dict(marg)).p_value
     assert pval > 1e-3, f"4th sampled token does not follow the target (chi-square p = {pval:.2e}, {paths})"
+
+
+def test_sampling_lossless_where_first_eta_leaves_rounds_undrafted(tiny, one_thread):
+    """With first_eta, a round proposes its first draft or nothing, by the draft's own confidence (q at
+    the decoding temperature): tokens 2-3 over rounds of both kinds must still follow the target's joint."""
+    prompt, T, n = [1, 2, 3], 1.0, 4000
+    exact = exact_sequence_distribution(tiny, prompt, 3, T)
+    joint = Counter()
+    for seq, p in exact.items():
+        joint[seq[1:]] += p
+    make = lambda: kg.build(tiny, {"exit_layer": 1, "eta": 0.0, "gamma": 4, "adapter": "random:3",  # noqa: E731
+                                   "first_eta": 0.4})  # splits this adapter's first drafts: ~40% proposed
+    seen, paths, first = Counter(), Counter(), Counter()
+    for seed in range(n):
+        gen = generate(tiny, make(), speculative_sampling, prompt, 3, temperature=T, seed=seed)
+        seen[tuple(gen.token_ids[1:])] += 1
+        first["drafted" if gen.rounds[1].drafted else "undrafted"] += 1  # the first round always has room
+    assert first["drafted"] > 300 and first["undrafted"] > 300, first
+    pval = chi_square(seen, dict(joint)).p_value
+    assert pval > 1e-3, f"sampled tokens 2-3 do not follow the target (chi-square p = {pval:.2e}, {first})"
 
 
 def test_sampling_q_zero_outside_draft_vocab(tiny):
