@@ -205,6 +205,24 @@ class Sizer:
         t.ran_weight += 1
 
 
+class FixedSize:
+    """Every round at draft size ``n``, whatever the rounds before it kept: the rounds calibration times at
+    each size, and the profile's draft-cost line (a drafter's cost measured at each size, not only at the
+    sizes a run happens to pick)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def room(self) -> int:
+        return self.n
+
+    def next(self, source: str = "") -> int:
+        return self.n
+
+    def observe(self, size: int, drafted: int, path: tuple[int, ...], source: str = "") -> None:
+        pass
+
+
 class AutoBudget:
     """``budget=auto`` for one method: its costs, measured once, and a fresh ``Sizer`` per generation."""
 
@@ -217,7 +235,7 @@ class AutoBudget:
         assert self.costs is not None, "calibrate first"
         return Sizer(self.costs, self.sizes, self.target.backend.width)
 
-    def calibrate(self, generate: Callable[[list[int], int, Sizer], list], prompt_ids: list[int]) -> dict:
+    def calibrate(self, generate: Callable[[list[int], int, "Sizer | FixedSize"], list], prompt_ids: list[int]) -> dict:
         """Measure the costs (untimed, after the graphs are compiled): ``generate(ids, n, sizer)`` runs
         the method under a sizer and returns its rounds; one short generation per size gives that
         size's median draft + accept time. Returns what was measured, for the header."""
@@ -225,8 +243,7 @@ class AutoBudget:
         verify = verify_seconds(self.target, self.verify_layer, widths)
         rest = {}
         for n in self.sizes:
-            fixed = Sizer(Costs(verify, {n: 0.0}), [n], self.target.backend.width)  # always n
-            rounds = generate(prompt_ids, CALIBRATION_TOKENS, fixed)[1:]  # the prefill is no round
+            rounds = generate(prompt_ids, CALIBRATION_TOKENS, FixedSize(n))[1:]  # the prefill is no round
             rest[n] = statistics.median(r.draft_s + r.accept_s for r in rounds) if rounds else 0.0
         self.costs = Costs(verify, rest)
         return {"sizes": self.sizes, **self.costs.describe()}

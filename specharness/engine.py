@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 
 from .api import DecodeState, Drafter, Verified
-from .budget import Sizer, trim
+from .budget import FixedSize, Sizer, trim
 from .model import TargetModel, bucket
 from .records import Generation, Round
 from .timing import RoundTimer
@@ -38,7 +38,7 @@ Observer = Callable[[Round], None]
 @torch.inference_mode()
 def generate(target: TargetModel, drafter: Drafter, accept: Accept, prompt_ids: list[int],
              max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
-             on_round: Observer | None = None, sizer: Sizer | None = None) -> Generation:
+             on_round: Observer | None = None, sizer: Sizer | FixedSize | None = None) -> Generation:
     """Decode one prompt with ``drafter`` proposing and ``accept`` deciding; returns ids and rounds.
     A ``sizer`` (``budget=auto``) sets each round's draft size from the rounds before it."""
     timer = RoundTimer(target.device)

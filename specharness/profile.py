@@ -10,7 +10,8 @@ Measured in one run, after warm-up and compilation (never timed):
   transformers model's own forward by width and prefill by length, eager, which transformers'
   speculative peers (``hf-prompt-lookup``, ``hf-assisted-early-exit``) verify with;
 - one draft step of each installed drafter (its ``propose`` time per round, fitted as fixed +
-  per drafted token), and the engine's own per-round cost, in the configuration runs will use;
+  per drafted token through the median of each drafted count, over rounds at each size a budget can
+  pick), and the engine's own per-round cost, in the configuration runs will use;
 - each of transformers' speculative peers: its time per drafted token, the part of a generation
   on the profile's prompt that the transformers forwards above and ``generate``'s per-step
   overhead do not explain (transformers does not expose its draft/verify split).
@@ -33,6 +34,7 @@ import torch
 from .model import engine_choice
 from .errors import UsageError
 from .model.engine_choice import median_ms, random_ids
+from .budget import sizes_for
 from .metrics import fit_line
 from .paths import write_text_atomic
 from .plugins import build_registry
@@ -269,23 +271,69 @@ def decoder_costs(target, registry, prompts: list[list[int]], hf: dict, tokens: 
     return out
 
 
+MIN_ROUNDS = 3  # a drafted count seen in fewer rounds gives no point of the draft-cost line
+
+
+def draft_line(rounds) -> tuple[float, float, dict[int, float]]:
+    """A drafter's cost in seconds as fixed per round + per drafted token, and the median draft seconds
+    of each drafted count k >= 1 seen in ``MIN_ROUNDS`` rounds (all counts if none is), the points the
+    line is fitted through (``fit_line``). Medians, so one round disturbed on a shared machine moves
+    nothing; one point per count, so the count a drafter drafts most does not decide the slope alone
+    (n10-v12's least squares over rounds that mostly drafted 6 put early exit at 1.21 ms a token, its
+    rounds' own medians at 0.70). A round that drafts nothing is left out: early exit's then skips its
+    passes, and the cost model charges such a round no drafting."""
+    by_k: dict[int, list[float]] = {}
+    for r in rounds:
+        if r.drafted:
+            by_k.setdefault(r.drafted, []).append(r.draft_s)
+    if not by_k:
+        return 0.0, 0.0, {}
+    enough = {k: v for k, v in by_k.items() if len(v) >= MIN_ROUNDS} or by_k
+    medians = {k: statistics.median(v) for k, v in sorted(enough.items())}
+    fixed, per = fit_line(list(medians), list(medians.values()))
+    return fixed, per, medians
+
+
+PASSES = 4  # passes over the drafters, each generation a slice of the profile's tokens
+
+
 def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=print,
                   variants: dict[str, tuple[str, list[str]]] | None = None) -> dict:
     """Per drafter variant (label -> (method, KEY=VALUE options); default: each installed drafter
-    on its defaults):
-    propose seconds per round fitted as fixed + per drafted token; and the engine's own cost per
-    round (verify excluded) from vanilla."""
-    out = {}
-    for name, method in _built(registry, registry.drafters, target, variants, log):
+    on its defaults): its draft seconds as fixed per round + per drafted token (``draft_line``), and
+    the engine's own cost per round (bookkeeping: verification excluded) at the method's own settings.
+
+    The line's rounds run at each size a budget can pick where the drafter can be sized
+    (``budget.sizes_for``: 1, 3, 6 drafts for early exit; the sizes ascending, then descending in the
+    next pass), so their draft times span the drafter's range where a run's own sizes may not. Every
+    drafter is timed in each of ``PASSES`` passes, in turn, so a slow spell on a shared machine falls
+    on them all rather than on one drafter's line (the same drafter's per-token cost moved 1.5x between
+    two back-to-back profiles on the AVX512 EPYC when each drafter was timed in one block)."""
+    built = list(_built(registry, registry.drafters, target, variants, log))
+    for _, method in built:
         target.expect_widths(method.max_width)
+    for _, method in built:
         method.generate(prompt, Settings(max_new_tokens=8), 0)  # warm (greedy: temperature 0)
-        rounds = [r for _ in range(2) for r in method.generate(prompt, Settings(max_new_tokens=tokens), 0).rounds[1:]]
-        ks = [r.drafted for r in rounds]
-        fixed, per = fit_line(ks, [r.draft_s for r in rounds])
+    own = {name: [] for name, _ in built}
+    sized = {name: [] for name, method in built if method.at_size}
+    part = Settings(max_new_tokens=max(tokens // 2, 8))
+    for i in range(PASSES):
+        for name, method in built:
+            own[name] += method.generate(prompt, part, 0).rounds[1:]
+            if method.at_size:
+                sizes = sizes_for(method.max_width - 1, target.backend.width)
+                for n in sizes if i % 2 == 0 else sizes[::-1]:
+                    sized[name] += method.at_size(prompt, part, 0, n).rounds[1:]
+    out = {}
+    for name, method in built:
+        rounds = own[name]
+        fixed, per, medians = draft_line(sized.get(name, rounds))
         out[name] = {"method": method.name, "draft_fixed_ms": 1e3 * fixed, "draft_per_token_ms": 1e3 * per,
+                     "draft_ms_by_drafted": {str(k): round(1e3 * s, 4) for k, s in medians.items()},
+                     "draft_line_rounds": len(sized.get(name, rounds)),
                      "bookkeeping_ms": 1e3 * statistics.mean(r.accept_s for r in rounds),
-                     "mean_drafted": statistics.mean(ks), "rounds": len(rounds), "options": method.options,
-                     "draft_bytes": method.draft_bytes,
+                     "mean_drafted": statistics.mean(r.drafted for r in rounds), "rounds": len(rounds),
+                     "options": method.options, "draft_bytes": method.draft_bytes,
                      "weights_options": _weights_options(registry, method)}
         log(f"profile: {name}: draft {1e3 * fixed:.2f} ms + {1e3 * per:.2f} ms/token, bookkeeping "
             f"{out[name]['bookkeeping_ms']:.2f} ms/round")
@@ -446,7 +494,10 @@ def markdown(p: dict) -> str:
         lines += [f"| {n} | {d['draft_fixed_ms']:.2f} | {d['draft_per_token_ms']:.2f} | "
                   + " | ".join(_roofline_cells(d, p["bandwidth_gbs"])) + f" | {_rate_cell(d, rate)} | "
                   f"{d['bookkeeping_ms']:.2f} |" for n, d in p["drafters"].items()]
-        lines.append("\n*its byte roofline*: the weights one draft token reads (the drafter's ``draft_bytes``: its "
+        lines.append("\n*draft ms*: a line through the median draft time of each number of drafts a round "
+                     "proposed (rounds run at each size a budget can pick, where the drafter can be sized; the "
+                     "fixed part is what a drafting round costs beyond its tokens).")
+        lines.append("*its byte roofline*: the weights one draft token reads (the drafter's ``draft_bytes``: its "
                      "layers, norms and head rows) over the bandwidth measured in this profile; a drafter that reads "
                      "none (retrieval) has no roofline.")
         if rate:

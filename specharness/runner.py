@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 from tqdm import tqdm
 
-from .budget import OPTION as BUDGET, AutoBudget
+from .budget import OPTION as BUDGET, AutoBudget, FixedSize
 from .engine import generate
 from .errors import UsageError
 from .hookspecs import DecoderSpec, RoundContext
@@ -58,6 +58,8 @@ class Method:
     draft_bytes: int = 0  # weights one draft token reads (the drafter's byte roofline; 0: none, or not said)
     # budget=auto: calibrate(prompt_ids) measures its costs once, after warm-up (None: the method's own size)
     calibrate: Callable[[list[int]], dict] | None = None
+    # a sizable drafter's generation with every round at draft size n: (prompt_ids, settings, seed, n) -> Generation
+    at_size: Callable[..., Generation] | None = None
 
     def __post_init__(self) -> None:
         self.label = self.label or self.name
@@ -120,11 +122,14 @@ def build_method(registry: Registry, name: str, raw_options: list[str] | dict, t
         return generate(target, drafter, vspec.accept, ids, s.max_new_tokens, s.temperature, seed, on_round,
                         auto.sizer() if auto else None)
 
+    def at_size(ids: list[int], s: Settings, seed: int, n: int) -> Generation:  # the profile's draft-cost line
+        return generate(target, drafter, vspec.accept, ids, s.max_new_tokens, s.temperature, seed, sizer=FixedSize(n))
+
     extra = spec.params(target, options) if spec.params else 0
     info = spec.info(target, options) if spec.info else {}
     return Method(name, options, vname, run, extra, changed, defaults, info=info, max_width=max_width,
                   verify_layer=verify_layer, draft_bytes=int(getattr(drafter, "draft_bytes", 0)),
-                  calibrate=calibrate if auto else None)
+                  calibrate=calibrate if auto else None, at_size=at_size if spec.sizable else None)
 
 
 def question_seed(seed: int, question_id) -> int:

@@ -245,6 +245,19 @@ def test_the_run_measures_the_costs_after_warm_up_and_says_what_it_measured(tiny
     assert set(got["pld"]["rest_ms"]) == {str(n) for n in got["pld"]["sizes"]}
 
 
+def test_a_sizable_method_runs_every_round_at_a_given_size_and_others_cannot(tiny):
+    """``Method.at_size`` (calibration's rounds, the profile's draft-cost line): early exit at 2 drafts
+    a round, whatever its gamma, and keeps vanilla's tokens; a drafter that cannot be sized has none."""
+    registry = build_registry()
+    ee = build_method(registry, "early_exit", ["exit_layer=1", "draft_vocab=0", "gamma=6"], tiny, 0.0)
+    prompt = [5, 9, 12, 5, 9, 12, 5, 9]
+    got = ee.at_size(prompt, Settings(24), 0, 2)
+    drafted = [r.drafted for r in got.rounds[1:]]  # the last rounds: no room past the answer's end
+    assert drafted[:10] == [2] * 10 and max(drafted) == 2
+    assert got.token_ids == ee.generate(prompt, Settings(24), 0).token_ids
+    assert build_method(registry, "lookahead", [], tiny, 0.0).at_size is None
+
+
 def test_budget_is_offered_to_sizable_drafters_only_and_never_twice_at_each_ones_default():
     registry = build_registry()
     assert "budget" not in {o.name for o in registry.method("lookahead").options}
