@@ -4,7 +4,7 @@ Measured in one run, after warm-up and compilation (never timed):
 
 - the memory read bandwidth (GB/s, summing a float32 tensor far larger than the caches) and the
   roofline it implies: bytes of weights one decoding step must read / bandwidth, per dtype;
-- the target forward in ms by width (1..8, 16, 32, 64 positions) at two context lengths, and a
+- the target forward in ms by width (1..8, 16, 32, 64 positions, timed in turns) at two context lengths, and a
   prefill's cost by prompt length, for every engine configuration (dtype x eager / compiled);
 - transformers' ``generate`` step (ms per token) in each dtype: the baseline users have; and the
   transformers model's own forward by width and prefill by length, eager, which transformers'
@@ -407,7 +407,7 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
                "by_width": {}, "prefill_ms": {}}
         result["configs"].append(row)  # saved after each context: a stage stopped mid-row keeps its first curve
         for ctx in contexts:
-            row["by_width"][str(ctx)] = {str(w): engine_choice.step_ms(target, context=ctx, width=w) for w in widths}
+            row["by_width"][str(ctx)] = {str(w): ms for w, ms in engine_choice.width_curve_ms(target, ctx, widths).items()}
             log(f"profile: {dtype}/{mode} ctx {ctx}: " + " ".join(
                 f"{w}:{ms_text(v)}" for w, v in row["by_width"][str(ctx)].items()))
             save(result, out)

@@ -228,3 +228,21 @@ def test_compile_progress_names_each_graph_and_a_second_run_estimates_from_the_f
     for kind in ("builds", "loads"):  # the first run's build times are kept beside the later runs' loads
         assert len(stored[kind]) == len(target.backend.graphs) and all(s > 0 for s in stored[kind].values())
     assert sum(stored["loads"].values()) < sum(stored["builds"].values())
+
+
+def test_the_profiles_width_curve_times_the_widths_in_turns():
+    """Each width's forward in turn, the first width rotating, so a slow spell falls on them all; each
+    forward runs at its own width and leaves the cache at the context it found."""
+    t = tiny()
+    widths, ran = [1, 2, 4], []
+    forward = t.forward
+    t.forward = lambda x, cache, start, *a, **k: (ran.append((x.shape[0], start, cache.lengths[0]))
+                                                  or forward(x, cache, start, *a, **k))
+    try:
+        curve = engine_choice.width_curve_ms(t, 8, widths, repeats=2)
+    finally:
+        del t.forward
+    assert list(curve) == widths and all(ms > 0 for ms in curve.values())
+    steps = [(w, start, length) for w, start, length in ran if start == 8]  # after the steppers' prefills
+    assert all(length == 8 for _, _, length in steps)  # each found the context alone: the one before was cropped
+    assert [w for w, _, _ in steps] == [1, 2, 4, 2, 4, 1, 4, 1, 2, 1, 2, 4, 2, 4, 1]  # 3 warm rounds, 2 timed

@@ -158,6 +158,17 @@ def step_ms(target, context: int = 256, width: int = 1, repeats: int = 15) -> fl
         return median_ms(call, repeats, warm=3, after=after, sync=target.device.type == "cuda")
 
 
+def width_curve_ms(target, context: int, widths, repeats: int = 15) -> dict[int, float]:
+    """Median ms of one forward at each width after ``context`` cached ones (compiled in the warm
+    rounds), timed round-robin (``interleaved_ms``) so a slow spell falls on every width alike: timed
+    one width after another, n10-v12's profile on the AVX512 EPYC had width 2 at 14.4 ms beside 13.0
+    at width 4 and 10.2 at width 1, where the run's own verifications took 9.4-9.8 ms at widths 1-2."""
+    with torch.inference_mode():
+        steps = [stepper(target, context, w) for w in widths]
+        times = interleaved_ms(steps, repeats, warm=3, sync=target.device.type == "cuda")
+    return {w: statistics.median(t) for w, t in zip(widths, times)}
+
+
 def check_request(dtype: str, compile_mode: str) -> None:
     """One line for a --dtype or --compile the engine does not know."""
     if dtype not in DTYPE_CHOICES:
