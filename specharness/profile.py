@@ -343,7 +343,7 @@ def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=pri
 def method_costs(model: str, device: str, threads: int, dtype: str, mode: str, registry, hf: dict, tokens: int,
                  log, variants: dict | None) -> dict:
     """The drafters' costs on the engine in (dtype, mode) and transformers' decoders' in dtype."""
-    target = Session(EngineRequest(model, dtype, mode, device, threads), registry=registry).target
+    target = settled(Session(EngineRequest(model, dtype, mode, device, threads), registry=registry).target)
     prompt = target.chat_ids([{"role": "user", "content": PROFILE_PROMPT}])
     out = {"drafters": drafter_costs(target, registry, prompt, tokens, log, variants),
            "drafters_config": {"dtype": dtype, "compile": mode}}
@@ -355,6 +355,17 @@ def method_costs(model: str, device: str, threads: int, dtype: str, mode: str, r
     measured = {d["method"] for d in [*out["drafters"].values(), *out.get("decoders", {}).values()]}
     out["left_out"] = left_out(registry.methods, variants, measured)
     return out
+
+
+def settled(target):
+    """``target`` once every graph its session left building in the background is built and loaded
+    (a session returns when one has built: ``engine_choice.apply(wait=False)``), so no build shares the
+    cores while the profile times: with a cold graph store, transformers' forward and the hot matmuls
+    were timed beside the builds (a one-position forward above generate's whole step, the matmul peak
+    at a third of a quiet profile's)."""
+    if getattr(target.backend, "building", None):
+        target.backend.finish()
+    return target
 
 
 def left_out(methods, variants: dict | None, measured: set[str]) -> list[str]:
@@ -386,7 +397,7 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
                         configs=[], hf_generate={}, width_buckets=list(WIDTH_BUCKETS), complete=False, **gpu)
     rooflines = result["rooflines"] = {}
     for dtype, mode in configs:
-        target = Session(EngineRequest(model, dtype, mode, device, threads), registry=registry).target
+        target = settled(Session(EngineRequest(model, dtype, mode, device, threads), registry=registry).target)
         if dtype not in rooflines:
             nbytes = weight_bytes(target)
             rooflines[dtype] = {"weight_bytes": nbytes, "ms": 1e3 * nbytes / gbs / 1e9}
@@ -407,7 +418,8 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
                "by_width": {}, "prefill_ms": {}}
         result["configs"].append(row)  # saved after each context: a stage stopped mid-row keeps its first curve
         for ctx in contexts:
-            row["by_width"][str(ctx)] = {str(w): ms for w, ms in engine_choice.width_curve_ms(target, ctx, widths).items()}
+            curve = engine_choice.width_curve_ms(target, ctx, widths)
+            row["by_width"][str(ctx)] = {str(w): ms for w, ms in curve.items()}
             log(f"profile: {dtype}/{mode} ctx {ctx}: " + " ".join(
                 f"{w}:{ms_text(v)}" for w, v in row["by_width"][str(ctx)].items()))
             save(result, out)

@@ -55,6 +55,8 @@ def summary_rows(paths: list[Path], questions: list | None = None) -> list[dict]
                 "repeats": stab.repeats, "unstable": len(stab.unstable), "max_cv": stab.max_cv,
                 "unstable_ids": stab.unstable,
                 "baseline_unstable": len(base_stab.unstable) if base_stab else 0,
+                # vanilla from the files beside it, not timed in this method's run (older headers do not say)
+                "baseline_elsewhere": bool(base) and "vanilla" not in (meta.get("compared_with") or ["vanilla"]),
             })
     return rows
 
@@ -88,6 +90,12 @@ def print_summary(paths: list[Path], questions: list | None = None) -> None:
     if any(r["speedup_ci"] is None for r in rows):
         print("(speedup needs a vanilla result with the same model and settings: run --method vanilla "
               "or use 'compare --methods vanilla,...')")
+    elsewhere = sorted({r["method"] for r in rows if r["baseline_elsewhere"]})
+    if elsewhere:
+        print(f"note: {', '.join(elsewhere)} ran without vanilla: its speedup is against vanilla timed in an earlier "
+              "run with the same settings (the file beside it), not interleaved with it, and a machine's speed moves "
+              "between runs (vanilla's step 14% cheaper from one table to the next: n10-v11, n10-v12); for a ratio "
+              "from one run use 'compare --methods vanilla,METHOD'")
     for note in (narrow_step_note(paths), unstored_note(paths)):
         if note:
             print(note)

@@ -1,0 +1,77 @@
+"""The profile's measuring: a drafter's cost line (each drafted count's median, rounds at each size, the
+drafters in turn) and nothing timed while graphs build."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from specharness.model import TargetModel
+from specharness.plugins import build_registry
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return TargetModel.tiny("llama", vocab_size=40, n_layers=4, hidden_size=32, seed=3)
+
+
+def test_the_draft_line_goes_through_each_drafted_counts_median():
+    """One point per drafted count (its median), so the count drafted most does not set the slope alone
+    and one disturbed round moves nothing; rounds that draft nothing and counts seen too rarely give
+    no point."""
+    R = SimpleNamespace
+    from specharness.profile import MIN_ROUNDS, draft_line
+    cost = lambda k: 1.0e-3 + 0.5e-3 * k  # noqa: E731  (seconds)
+    rounds = [R(drafted=6, draft_s=cost(6)) for _ in range(40)] + [R(drafted=6, draft_s=0.5)]  # one disturbed round
+    rounds += [R(drafted=k, draft_s=cost(k)) for k in (1, 3) for _ in range(MIN_ROUNDS)]
+    rounds += [R(drafted=0, draft_s=0.0)] * 9 + [R(drafted=2, draft_s=0.2)] * (MIN_ROUNDS - 1)  # no point either
+    fixed, per, medians = draft_line(rounds)
+    assert list(medians) == [1, 3, 6] and medians[6] == pytest.approx(cost(6))
+    assert (fixed, per) == pytest.approx((1.0e-3, 0.5e-3))
+    assert draft_line([R(drafted=0, draft_s=1.0)]) == (0.0, 0.0, {})  # nothing drafted: no line
+    only = draft_line([R(drafted=2, draft_s=4e-3)])  # too few anywhere: what there is, through the origin
+    assert only[2] == {2: 4e-3} and only[:2] == pytest.approx((0.0, 2e-3))
+
+
+def test_the_profile_times_a_sizable_drafter_at_each_size_and_every_drafter_in_each_pass(tiny, monkeypatch):
+    """Early exit always drafts its 6 at its own size; its line still gets points at 1 and 3 drafts
+    (its rounds at each size a budget can pick), and each pass takes the drafters in turn."""
+    from specharness import profile
+    ran, real = [], profile._built
+
+    def recording(*args):  # each timed generation's drafter and size (None: its own size)
+        for label, method in real(*args):
+            own, sized = method.generate, method.at_size
+            method.generate = lambda *a, f=own, n=label: ran.append((n, None)) or f(*a)
+            if sized:
+                method.at_size = lambda ids, s, seed, size, f=sized, n=label: (ran.append((n, size))
+                                                                               or f(ids, s, seed, size))
+            yield label, method
+
+    monkeypatch.setattr(profile, "_built", recording)
+    prompt = [5, 9, 12, 5, 9, 12, 5, 9, 30, 31, 5, 9]
+    variants = {"ee": ("early_exit", ["exit_layer=1", "draft_vocab=0"]), "v": ("vanilla", [])}
+    out = profile.drafter_costs(tiny, build_registry(), prompt, tokens=40, log=lambda *a: None, variants=variants)
+    ee = out["ee"]
+    assert {"1", "3", "6"} <= set(ee["draft_ms_by_drafted"]) and ee["draft_per_token_ms"] > 0
+    assert ee["mean_drafted"] > 4.5 and ee["draft_line_rounds"] > ee["rounds"]  # bookkeeping: its own size
+    assert out["v"]["draft_ms_by_drafted"] == {} and out["v"]["rounds"] > 0
+    timed = ran[2:]  # after one warm-up generation each
+    one_pass = [("ee", None), ("ee", 1), ("ee", 3), ("ee", 6), ("v", None)]
+    assert timed[:5] == one_pass and timed[5:10] == [one_pass[0], *one_pass[3:0:-1], one_pass[4]]
+    assert len(timed) == 5 * profile.PASSES
+
+
+def test_the_profile_waits_for_graphs_building_in_the_background_before_timing():
+    """A session returns once one graph has built, the rest building beside it; the profile times
+    nothing until they are done."""
+    from specharness.profile import settled
+    done = []
+    backend = SimpleNamespace(building={"graph": "its build"}, finish=lambda: done.append(True))
+    target = SimpleNamespace(backend=backend)
+    assert settled(target) is target and done == [True]
+    backend.building = {}
+    settled(target)
+    assert done == [True]  # nothing building: nothing to wait for
+    settled(SimpleNamespace(backend=SimpleNamespace()))  # an eager backend builds nothing
