@@ -315,22 +315,26 @@ def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=pri
     for _, method in built:
         method.generate(prompt, Settings(max_new_tokens=8), 0)  # warm (greedy: temperature 0)
     own = {name: [] for name, _ in built}
-    sized = {name: [] for name, method in built if method.at_size}
+    line = {name: [[] for _ in range(PASSES)] for name, _ in built}  # per pass: the rounds the line goes through
     part = Settings(max_new_tokens=max(tokens // 2, 8))
     for i in range(PASSES):
         for name, method in built:
-            own[name] += method.generate(prompt, part, 0).rounds[1:]
+            rounds = method.generate(prompt, part, 0).rounds[1:]
+            own[name] += rounds
             if method.at_size:
                 sizes = sizes_for(method.max_width - 1, target.backend.width)
-                for n in sizes if i % 2 == 0 else sizes[::-1]:
-                    sized[name] += method.at_size(prompt, part, 0, n).rounds[1:]
+                rounds = [r for n in (sizes if i % 2 == 0 else sizes[::-1])
+                          for r in method.at_size(prompt, part, 0, n).rounds[1:]]
+            line[name][i] = rounds
     out = {}
     for name, method in built:
         rounds = own[name]
-        fixed, per, medians = draft_line(sized.get(name, rounds))
+        fixed, per, medians = draft_line([r for rs in line[name] for r in rs])
         out[name] = {"method": method.name, "draft_fixed_ms": 1e3 * fixed, "draft_per_token_ms": 1e3 * per,
                      "draft_ms_by_drafted": {str(k): round(1e3 * s, 4) for k, s in medians.items()},
-                     "draft_line_rounds": len(sized.get(name, rounds)),
+                     # each pass's own line: how far a minute's load on the machine moves it
+                     "draft_per_token_ms_by_pass": [round(1e3 * draft_line(rs)[1], 4) for rs in line[name]],
+                     "draft_line_rounds": sum(map(len, line[name])),
                      "bookkeeping_ms": 1e3 * statistics.mean(r.accept_s for r in rounds),
                      "mean_drafted": statistics.mean(r.drafted for r in rounds), "rounds": len(rounds),
                      "options": method.options, "draft_bytes": method.draft_bytes,
@@ -508,7 +512,9 @@ def markdown(p: dict) -> str:
                   f"{d['bookkeeping_ms']:.2f} |" for n, d in p["drafters"].items()]
         lines.append("\n*draft ms*: a line through the median draft time of each number of drafts a round "
                      "proposed (rounds run at each size a budget can pick, where the drafter can be sized; the "
-                     "fixed part is what a drafting round costs beyond its tokens).")
+                     "fixed part is what a drafting round costs beyond its tokens); in brackets, the range of "
+                     "the lines of the profile's passes over the drafters, each a few seconds: how far load on "
+                     "the machine moved it while this profile ran.")
         lines.append("*its byte roofline*: the weights one draft token reads (the drafter's ``draft_bytes``: its "
                      "layers, norms and head rows) over the bandwidth measured in this profile; a drafter that reads "
                      "none (retrieval) has no roofline.")
@@ -562,10 +568,14 @@ def _rate_cell(d: dict, rate: float | None) -> str:
 
 def _roofline_cells(d: dict, gbs: float) -> tuple[str, str]:
     """A drafter's byte roofline (ms one draft token takes at ``gbs``, and its MB) and its measured
-    per-token cost over it; '-' for a drafter that reads no weights."""
+    per-token cost over it, with the range of the passes' own lines where the profile has them; '-'
+    for a drafter that reads no weights."""
     if not d.get("draft_bytes"):
         return "-", "-"
-    return f"{_bytes_ms(d, gbs):.2f} ms ({d['draft_bytes'] / 1e6:.1f})", _rate_cell(d, gbs)
+    spread = d.get("draft_per_token_ms_by_pass") or []
+    span = (f" ({min(spread) / _bytes_ms(d, gbs):.2f}-{max(spread) / _bytes_ms(d, gbs):.2f})"
+            if len(spread) > 1 else "")
+    return f"{_bytes_ms(d, gbs):.2f} ms ({d['draft_bytes'] / 1e6:.1f})", _rate_cell(d, gbs) + span
 
 
 def figure(p: dict, path: Path) -> None:

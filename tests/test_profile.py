@@ -56,6 +56,7 @@ def test_the_profile_times_a_sizable_drafter_at_each_size_and_every_drafter_in_e
     ee = out["ee"]
     assert {"1", "3", "6"} <= set(ee["draft_ms_by_drafted"]) and ee["draft_per_token_ms"] > 0
     assert ee["mean_drafted"] > 4.5 and ee["draft_line_rounds"] > ee["rounds"]  # bookkeeping: its own size
+    assert len(ee["draft_per_token_ms_by_pass"]) == profile.PASSES  # each pass's own line, for the spread
     assert out["v"]["draft_ms_by_drafted"] == {} and out["v"]["rounds"] > 0
     timed = ran[2:]  # after one warm-up generation each
     one_pass = [("ee", None), ("ee", 1), ("ee", 3), ("ee", 6), ("v", None)]
@@ -75,3 +76,12 @@ def test_the_profile_waits_for_graphs_building_in_the_background_before_timing()
     settled(target)
     assert done == [True]  # nothing building: nothing to wait for
     settled(SimpleNamespace(backend=SimpleNamespace()))  # an eager backend builds nothing
+
+
+def test_the_per_token_cost_over_the_roofline_says_how_far_the_passes_spread():
+    from specharness.profile import markdown
+    p = {"model": "m", "cpu": "c", "threads": 2, "torch": "t", "bandwidth_gbs": 20.0, "command": "x",
+         "rooflines": {"bfloat16": {"ms": 13.5}}, "hf_generate": {}, "configs": [],
+         "drafters": {"early_exit": {"draft_fixed_ms": 1.0, "draft_per_token_ms": 3.0, "bookkeeping_ms": 0.4,
+                                     "draft_bytes": 20_000_000, "draft_per_token_ms_by_pass": [2.5, 4.0, 3.0]}}}
+    assert "| early_exit | 1.00 | 3.00 | 1.00 ms (20.0) | 3.00 (2.50-4.00) | - | 0.40 |" in markdown(p)
