@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -294,6 +295,14 @@ def draft_line(rounds) -> tuple[float, float, dict[int, float]]:
     return fixed, per, medians
 
 
+def pass_slope(rounds) -> float | None:
+    """One pass's own per-token seconds (``draft_line`` over its rounds), or None where fewer than two
+    drafted counts have ``MIN_ROUNDS`` rounds in it (Kangaroo's eta stops most rounds at one draft): a
+    line through one count is no slope."""
+    counts = Counter(r.drafted for r in rounds if r.drafted)
+    return draft_line(rounds)[1] if sum(n >= MIN_ROUNDS for n in counts.values()) >= 2 else None
+
+
 PASSES = 4  # passes over the drafters, each generation a slice of the profile's tokens
 
 
@@ -333,7 +342,8 @@ def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=pri
         out[name] = {"method": method.name, "draft_fixed_ms": 1e3 * fixed, "draft_per_token_ms": 1e3 * per,
                      "draft_ms_by_drafted": {str(k): round(1e3 * s, 4) for k, s in medians.items()},
                      # each pass's own line: how far a minute's load on the machine moves it
-                     "draft_per_token_ms_by_pass": [round(1e3 * draft_line(rs)[1], 4) for rs in line[name]],
+                     "draft_per_token_ms_by_pass": [None if (b := pass_slope(rs)) is None else round(1e3 * b, 4)
+                                                    for rs in line[name]],
                      "draft_line_rounds": sum(map(len, line[name])),
                      "bookkeeping_ms": 1e3 * statistics.mean(r.accept_s for r in rounds),
                      "mean_drafted": statistics.mean(r.drafted for r in rounds), "rounds": len(rounds),
@@ -523,7 +533,9 @@ def markdown(p: dict) -> str:
                          f"{rate:.1f} GB/s (its weight bytes over its cheapest step at widths 1-8, the step vanilla "
                          "runs, in the drafters' engine). A drafter at 1.00 reads its weights as fast as the target "
                          "does; above it, it loses time of its own (small calls, weights gone cold during each "
-                         "verification). A tree drafter's token shares its pass with its siblings.")
+                         "verification). A tree drafter's token shares its pass with its siblings, and one whose draft time "
+                         "does not grow with the size it is cut to (Medusa's heads: one call) has its cost in the "
+                         "fixed part: the per-token columns do not judge it.")
     if p.get("left_out"):
         lines.append(f"\nLeft out (asked for, not measured; the profile's log says why): {', '.join(p['left_out'])}.")
     if p.get("decoders"):
@@ -572,7 +584,7 @@ def _roofline_cells(d: dict, gbs: float) -> tuple[str, str]:
     for a drafter that reads no weights."""
     if not d.get("draft_bytes"):
         return "-", "-"
-    spread = d.get("draft_per_token_ms_by_pass") or []
+    spread = [ms for ms in d.get("draft_per_token_ms_by_pass") or [] if ms is not None]
     span = (f" ({min(spread) / _bytes_ms(d, gbs):.2f}-{max(spread) / _bytes_ms(d, gbs):.2f})"
             if len(spread) > 1 else "")
     return f"{_bytes_ms(d, gbs):.2f} ms ({d['draft_bytes'] / 1e6:.1f})", _rate_cell(d, gbs) + span

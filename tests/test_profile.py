@@ -83,5 +83,15 @@ def test_the_per_token_cost_over_the_roofline_says_how_far_the_passes_spread():
     p = {"model": "m", "cpu": "c", "threads": 2, "torch": "t", "bandwidth_gbs": 20.0, "command": "x",
          "rooflines": {"bfloat16": {"ms": 13.5}}, "hf_generate": {}, "configs": [],
          "drafters": {"early_exit": {"draft_fixed_ms": 1.0, "draft_per_token_ms": 3.0, "bookkeeping_ms": 0.4,
-                                     "draft_bytes": 20_000_000, "draft_per_token_ms_by_pass": [2.5, 4.0, 3.0]}}}
+                                     "draft_bytes": 20_000_000, "draft_per_token_ms_by_pass": [2.5, None, 4.0, 3.0]}}}
     assert "| early_exit | 1.00 | 3.00 | 1.00 ms (20.0) | 3.00 (2.50-4.00) | - | 0.40 |" in markdown(p)
+    p["drafters"]["early_exit"]["draft_per_token_ms_by_pass"] = [None, 2.0, None]  # one pass's line: no range
+    assert "| early_exit | 1.00 | 3.00 | 1.00 ms (20.0) | 3.00 | - | 0.40 |" in markdown(p)
+
+
+def test_a_pass_with_one_drafted_count_gives_no_slope_of_its_own():
+    from specharness.profile import MIN_ROUNDS, pass_slope
+    R = SimpleNamespace
+    ones = [R(drafted=1, draft_s=2e-3)] * 9 + [R(drafted=2, draft_s=3e-3)] * (MIN_ROUNDS - 1)
+    assert pass_slope(ones) is None  # a line through one count's median would be its time, not a slope
+    assert pass_slope(ones + [R(drafted=2, draft_s=3e-3)]) == pytest.approx(1e-3)
