@@ -280,9 +280,10 @@ def draft_line(rounds) -> tuple[float, float, dict[int, float]]:
     of each drafted count k >= 1 seen in ``MIN_ROUNDS`` rounds (all counts if none is), the points the
     line is fitted through (``fit_line``). Medians, so one round disturbed on a shared machine moves
     nothing; one point per count, so the count a drafter drafts most does not decide the slope alone
-    (n10-v12's least squares over rounds that mostly drafted 6 put early exit at 1.21 ms a token, its
-    rounds' own medians at 0.70). A round that drafts nothing is left out: early exit's then skips its
-    passes, and the cost model charges such a round no drafting."""
+    (n10-v12's least squares ran over rounds that nine times in ten drafted 6, early exit's gamma: its
+    split between fixed and per-token cost rested on the few short rounds at the answers' ends). A
+    round that drafts nothing is left out: early exit's then skips its passes, and the cost model
+    charges such a round no drafting."""
     by_k: dict[int, list[float]] = {}
     for r in rounds:
         if r.drafted:
