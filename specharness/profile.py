@@ -308,7 +308,7 @@ PASSES = 4  # passes over the drafters, each generation a slice of the profile's
 
 
 def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=print,
-                  variants: dict[str, tuple[str, list[str]]] | None = None) -> dict:
+                  variants: dict[str, tuple[str, list[str]]] | None = None, passes: int = PASSES) -> dict:
     """Per drafter variant (label -> (method, KEY=VALUE options); default: each installed drafter
     on its defaults): its draft seconds as fixed per round + per drafted token (``draft_line``), and
     the engine's own cost per round (bookkeeping: verification excluded) at the method's own settings.
@@ -316,7 +316,7 @@ def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=pri
     The line's rounds run at each size a budget can pick where the drafter can be sized
     (``budget.sizes_for``: 1, 3, 6 drafts for early exit; the sizes ascending, then descending in the
     next pass), so their draft times span the drafter's range where a run's own sizes may not. Every
-    drafter is timed in each of ``PASSES`` passes, in turn, so a slow spell on a shared machine falls
+    drafter is timed in each of ``passes`` passes, in turn, so a slow spell on a shared machine falls
     on them all rather than on one drafter's line (the same drafter's per-token cost moved 1.5x between
     two back-to-back profiles on the AVX512 EPYC when each drafter was timed in one block)."""
     built = list(_built(registry, registry.drafters, target, variants, log))
@@ -325,9 +325,9 @@ def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=pri
     for _, method in built:
         method.generate(prompt, Settings(max_new_tokens=8), 0)  # warm (greedy: temperature 0)
     own = {name: [] for name, _ in built}
-    line = {name: [[] for _ in range(PASSES)] for name, _ in built}  # per pass: the rounds the line goes through
-    part = Settings(max_new_tokens=max(tokens // 2, 8))
-    for i in range(PASSES):
+    line = {name: [[] for _ in range(passes)] for name, _ in built}  # per pass: the rounds the line goes through
+    part = Settings(max_new_tokens=max(tokens // 2, 4))
+    for i in range(passes):
         for name, method in built:
             rounds = method.generate(prompt, part, 0).rounds[1:]
             own[name] += rounds
@@ -356,11 +356,11 @@ def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=pri
 
 
 def method_costs(model: str, device: str, threads: int, dtype: str, mode: str, registry, hf: dict, tokens: int,
-                 log, variants: dict | None) -> dict:
+                 log, variants: dict | None, passes: int = PASSES) -> dict:
     """The drafters' costs on the engine in (dtype, mode) and transformers' decoders' in dtype."""
     target = settled(Session(EngineRequest(model, dtype, mode, device, threads), registry=registry).target)
     prompt = target.chat_ids([{"role": "user", "content": PROFILE_PROMPT}])
-    out = {"drafters": drafter_costs(target, registry, prompt, tokens, log, variants),
+    out = {"drafters": drafter_costs(target, registry, prompt, tokens, log, variants, passes),
            "drafters_config": {"dtype": dtype, "compile": mode}}
     if "by_width" in hf.get(dtype, {}):
         prompts = [target.chat_ids([{"role": "user", "content": text}]) for text in (PROFILE_PROMPT, COPY_PROMPT)]
@@ -399,7 +399,7 @@ def ms_text(ms: float) -> str:
 
 def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, str]], widths, contexts,
                 out: Path, drafters: bool = True, log=print, variants: dict | None = None,
-                registry=None, tokens: int = 48, prefills=PREFILLS, hf: bool = True) -> dict:
+                registry=None, tokens: int = 48, prefills=PREFILLS, hf: bool = True, passes: int = PASSES) -> dict:
     """The profile of ``configs``, saved after every measured part (``complete`` false until the end),
     so an interrupted profile keeps what it measured. ``hf=False`` leaves transformers' costs out
     (the GPU check measures them once, in its eager part)."""
@@ -455,7 +455,7 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
         "this machine's default")
     if drafters:
         result.update(method_costs(model, device, threads, best["dtype"], best["compile"], registry,
-                                   result["hf_generate"], tokens, log, variants))
+                                   result["hf_generate"], tokens, log, variants, passes))
     result["complete"] = True
     save(result, out)
     figure(result, out / "profile.png")

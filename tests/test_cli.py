@@ -59,6 +59,7 @@ def error_line(capsys, argv) -> str:
     (["profile", "--methods", "vanilla,nope"], "--methods: no method 'nope'"),
     (["profile", "--variant", "nope:k=1"], "--variant 'nope:k=1': no method 'nope'"),
     (["profile", "--methods", "pld", "-o", "sam.k=2"], "method 'sam' is not profiled; add it to --methods"),
+    (["profile", "--passes", "0"], "--passes 0: at least one pass over the drafters"),
     (["run", "--threads", "0"], "--threads must be at least 1, got 0"),
     (["run", "--engine", "quick", "--compile", "default"], "--engine quick compiles nothing"),
     (["compare", "--engine", "fast"], "argument --engine: invalid choice: 'fast'"),

@@ -29,7 +29,7 @@ SHRINK = {
                  "--samples-c", "800", "--quiet"],
     "train": ["-o", "conversations=8", "-o", "max_answer_tokens=8", "-o", "epochs=1"],
     "profile": ["--configs", "float32/none", "--widths", "1,2", "--contexts", "32,64", "--prefills", "16",
-                "-o", "self-spec.trials=2", "--tokens", "8"],
+                "-o", "self-spec.trials=2", "--tokens", "8", "--passes", "1"],
 }
 
 

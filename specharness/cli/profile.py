@@ -31,8 +31,11 @@ def add_parser(sub) -> None:
                    help="prompt lengths whose prefill is timed, ours and transformers' (default: %(default)s)")
     p.add_argument("--no-drafters", action="store_true", help="skip the drafters' and transformers peers' costs")
     p.add_argument("--tokens", type=int, default=48,
-                   help="tokens per generation when measuring a drafter or peer (two each, after a warm-up; "
-                        "default: %(default)s)")
+                   help="tokens per generation when measuring a transformers peer (two each, after a warm-up); "
+                        "a drafter's generations are half as long, several a pass (default: %(default)s)")
+    p.add_argument("--passes", type=int, default=engine_profile.PASSES,
+                   help="passes over the drafters, each timing every drafter in turn at its own size and at each "
+                        "size a budget can pick; profile.md gives the passes' range (default: %(default)s)")
     p.add_argument("-o", "--option", action="append", default=[], metavar="METHOD.KEY=VALUE",
                    help="a method's option for its costs, repeatable, e.g. -o self-spec.trials=8 "
                         "(default: every method on its defaults)")
@@ -87,6 +90,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         raise UsageError("--widths, --contexts and --prefills must be positive")
     if args.tokens < 4:
         raise UsageError(f"--tokens {args.tokens}: a drafter needs at least 4 tokens to show its rounds")
+    if args.passes < 1:
+        raise UsageError(f"--passes {args.passes}: at least one pass over the drafters")
     registry = build_registry()
     variants = profiled(registry, args.methods, args.variant, args.option)
     log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
@@ -97,7 +102,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         result = json.loads(path.read_text())
         dtype, mode = result["chosen"]["dtype"], result["chosen"]["compile"]
         result.update(engine_profile.method_costs(args.model, args.device, threads, dtype, mode, registry, result["hf_generate"],
-                                   args.tokens, log, variants))
+                                   args.tokens, log, variants, args.passes))
         result["drafters_command"] = provenance()["command"]
         result["drafters_git_commit"] = git_commit()
         engine_profile.save(result, Path(args.out))
@@ -105,6 +110,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return 0
     engine_profile.run_profile(args.model, args.device, threads, configs, widths, contexts, Path(args.out),
                 not args.no_drafters, log=log, variants=variants, registry=registry, tokens=args.tokens,
-                prefills=prefills)
+                prefills=prefills, passes=args.passes)
     print(f"wrote {args.out}/profile.json, profile.md, profile.png")
     return 0
