@@ -235,15 +235,16 @@ class AutoBudget:
         assert self.costs is not None, "calibrate first"
         return Sizer(self.costs, self.sizes, self.target.backend.width)
 
-    def calibrate(self, generate: Callable[[list[int], int, "Sizer | FixedSize"], list], prompt_ids: list[int]) -> dict:
-        """Measure the costs (untimed, after the graphs are compiled): ``generate(ids, n, sizer)`` runs
-        the method under a sizer and returns its rounds; one short generation per size gives that
-        size's median draft + accept time. Returns what was measured, for the header."""
+    def calibrate(self, generate: Callable[[list[int], int, int], list], prompt_ids: list[int]) -> dict:
+        """Measure the costs (untimed, after the graphs are compiled): ``generate(ids, tokens, n)`` runs
+        the method with every round at size n (``FixedSize``) and returns its rounds; one short
+        generation per size gives that size's median draft + accept time. Returns what was measured,
+        for the header."""
         widths = sorted({self.target.backend.width(n + 1) for n in [0, *self.sizes]})  # 0: a round with no drafts
         verify = verify_seconds(self.target, self.verify_layer, widths)
         rest = {}
         for n in self.sizes:
-            rounds = generate(prompt_ids, CALIBRATION_TOKENS, FixedSize(n))[1:]  # the prefill is no round
+            rounds = generate(prompt_ids, CALIBRATION_TOKENS, n)[1:]  # the prefill is no round
             rest[n] = statistics.median(r.draft_s + r.accept_s for r in rounds) if rounds else 0.0
         self.costs = Costs(verify, rest)
         return {"sizes": self.sizes, **self.costs.describe()}

@@ -112,18 +112,17 @@ def build_method(registry: Registry, name: str, raw_options: list[str] | dict, t
     max_width, verify_layer = int(getattr(drafter, "max_width", 1)), int(getattr(drafter, "exit_layer", 0))
     auto = AutoBudget(target, max_width - 1, verify_layer) if options.get(BUDGET.name) == "auto" else None
 
+    def at_size(ids: list[int], s: Settings, seed: int, n: int) -> Generation:  # calibration, the profile's cost line
+        return generate(target, drafter, vspec.accept, ids, s.max_new_tokens, s.temperature, seed, sizer=FixedSize(n))
+
     def calibrate(ids: list[int]) -> dict:  # the method at each size, untimed, for its costs
-        return auto.calibrate(lambda p, n, sizer: generate(target, drafter, vspec.accept, p, n, temperature,
-                                                           sizer=sizer).rounds, ids)
+        return auto.calibrate(lambda p, tokens, n: at_size(p, Settings(tokens, temperature), 0, n).rounds, ids)
 
     def run(ids: list[int], s: Settings, seed: int, on_round=None) -> Generation:
         if auto and auto.costs is None:  # warm_up calibrates before timing; other callers here, outside the timer
             calibrate(ids)
         return generate(target, drafter, vspec.accept, ids, s.max_new_tokens, s.temperature, seed, on_round,
                         auto.sizer() if auto else None)
-
-    def at_size(ids: list[int], s: Settings, seed: int, n: int) -> Generation:  # the profile's draft-cost line
-        return generate(target, drafter, vspec.accept, ids, s.max_new_tokens, s.temperature, seed, sizer=FixedSize(n))
 
     extra = spec.params(target, options) if spec.params else 0
     info = spec.info(target, options) if spec.info else {}
