@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections import Counter
 from pathlib import Path
 
 import torch
@@ -275,33 +274,40 @@ def decoder_costs(target, registry, prompts: list[list[int]], hf: dict, tokens: 
 MIN_ROUNDS = 3  # a drafted count seen in fewer rounds gives no point of the draft-cost line
 
 
-def draft_line(rounds) -> tuple[float, float, dict[int, float]]:
-    """A drafter's cost in seconds as fixed per round + per drafted token, and the median draft seconds
-    of each drafted count k >= 1 seen in ``MIN_ROUNDS`` rounds (all counts if none is), the points the
-    line is fitted through (``fit_line``). Medians, so one round disturbed on a shared machine moves
-    nothing; one point per count, so the count a drafter drafts most does not decide the slope alone
-    (n10-v12's least squares ran over rounds that nine times in ten drafted 6, early exit's gamma: its
-    split between fixed and per-token cost rested on the few short rounds at the answers' ends). A
-    round that drafts nothing is left out: early exit's then skips its passes, and the cost model
-    charges such a round no drafting."""
+def _count_medians(rounds) -> tuple[dict[int, float], bool]:
+    """Median draft seconds of each drafted count k >= 1, and whether two or more counts had
+    ``MIN_ROUNDS`` rounds each (a line through them has a slope). Where fewer did, every count seen
+    gives a point: dropping the sparse ones would leave one count, and a line through the origin
+    whose per-token cost is that count's whole round."""
     by_k: dict[int, list[float]] = {}
     for r in rounds:
         if r.drafted:
             by_k.setdefault(r.drafted, []).append(r.draft_s)
-    if not by_k:
+    enough = {k: v for k, v in by_k.items() if len(v) >= MIN_ROUNDS}
+    identified = len(enough) >= 2
+    return {k: statistics.median(v) for k, v in sorted((enough if identified else by_k).items())}, identified
+
+
+def draft_line(rounds) -> tuple[float, float, dict[int, float]]:
+    """A drafter's cost in seconds as fixed per round + per drafted token, and the points the line is
+    fitted through (``fit_line``): the median draft seconds of each drafted count (``_count_medians``).
+    Medians, so one round disturbed on a shared machine moves nothing; one point per count, so the
+    count a drafter drafts most does not decide the slope alone (n10-v12's least squares ran over
+    rounds that nine times in ten drafted 6, early exit's gamma: its split between fixed and per-token
+    cost rested on the few short rounds at the answers' ends). A round that drafts nothing is left
+    out: early exit's then skips its passes, and the cost model charges such a round no drafting."""
+    medians, _ = _count_medians(rounds)
+    if not medians:
         return 0.0, 0.0, {}
-    enough = {k: v for k, v in by_k.items() if len(v) >= MIN_ROUNDS} or by_k
-    medians = {k: statistics.median(v) for k, v in sorted(enough.items())}
     fixed, per = fit_line(list(medians), list(medians.values()))
     return fixed, per, medians
 
 
 def pass_slope(rounds) -> float | None:
-    """One pass's own per-token seconds (``draft_line`` over its rounds), or None where fewer than two
-    drafted counts have ``MIN_ROUNDS`` rounds in it (Kangaroo's eta stops most rounds at one draft): a
-    line through one count is no slope."""
-    counts = Counter(r.drafted for r in rounds if r.drafted)
-    return draft_line(rounds)[1] if sum(n >= MIN_ROUNDS for n in counts.values()) >= 2 else None
+    """One pass's own per-token seconds, or None where fewer than two drafted counts have
+    ``MIN_ROUNDS`` rounds in it (Kangaroo's eta stops most rounds at one draft): too few to be a slope."""
+    medians, identified = _count_medians(rounds)
+    return fit_line(list(medians), list(medians.values()))[1] if identified else None
 
 
 PASSES = 4  # passes over the drafters, each generation a slice of the profile's tokens
@@ -320,10 +326,14 @@ def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=pri
     on them all rather than on one drafter's line (the same drafter's per-token cost moved 1.5x between
     two back-to-back profiles on the AVX512 EPYC when each drafter was timed in one block)."""
     built = list(_built(registry, registry.drafters, target, variants, log))
+    sizes = {name: sizes_for(method.max_width - 1, target.backend.width) if method.at_size else []
+             for name, method in built}
     for _, method in built:
         target.expect_widths(method.max_width)
-    for _, method in built:
-        method.generate(prompt, Settings(max_new_tokens=8), 0)  # warm (greedy: temperature 0)
+    for name, method in built:  # warm (greedy), at every size it is timed at: no graph is built while timing
+        method.generate(prompt, Settings(max_new_tokens=8), 0)
+        for n in sizes[name]:
+            method.at_size(prompt, Settings(max_new_tokens=4), 0, n)
     own = {name: [] for name, _ in built}
     line = {name: [[] for _ in range(passes)] for name, _ in built}  # per pass: the rounds the line goes through
     part = Settings(max_new_tokens=max(tokens // 2, 4))
@@ -332,8 +342,7 @@ def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=pri
             rounds = method.generate(prompt, part, 0).rounds[1:]
             own[name] += rounds
             if method.at_size:
-                sizes = sizes_for(method.max_width - 1, target.backend.width)
-                rounds = [r for n in (sizes if i % 2 == 0 else sizes[::-1])
+                rounds = [r for n in (sizes[name] if i % 2 == 0 else sizes[name][::-1])
                           for r in method.at_size(prompt, part, 0, n).rounds[1:]]
             line[name][i] = rounds
     out = {}
@@ -523,9 +532,9 @@ def markdown(p: dict) -> str:
                   f"{d['bookkeeping_ms']:.2f} |" for n, d in p["drafters"].items()]
         lines.append("\n*draft ms*: a line through the median draft time of each number of drafts a round "
                      "proposed (rounds run at each size a budget can pick, where the drafter can be sized; the "
-                     "fixed part is what a drafting round costs beyond its tokens); in brackets, the range of "
-                     "the lines of the profile's passes over the drafters, each a few seconds: how far load on "
-                     "the machine moved it while this profile ran.")
+                     "fixed part is what a drafting round costs beyond its tokens). In brackets after *per token / "
+                     "roofline*: that ratio for each pass's own line (the profile's passes over the drafters, "
+                     "each a few seconds), how far load on the machine moved it while this profile ran.")
         lines.append("*its byte roofline*: the weights one draft token reads (the drafter's ``draft_bytes``: its "
                      "layers, norms and head rows) over the bandwidth measured in this profile; a drafter that reads "
                      "none (retrieval) has no roofline.")

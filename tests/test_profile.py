@@ -32,6 +32,10 @@ def test_the_draft_line_goes_through_each_drafted_counts_median():
     assert draft_line([R(drafted=0, draft_s=1.0)]) == (0.0, 0.0, {})  # nothing drafted: no line
     only = draft_line([R(drafted=2, draft_s=4e-3)])  # too few anywhere: what there is, through the origin
     assert only[2] == {2: 4e-3} and only[:2] == pytest.approx((0.0, 2e-3))
+    # one count with rounds enough and one without: both are points, or the line would run through the origin
+    # and call one-draft rounds' whole time a token's (the sparse count's rounds are then all there is)
+    mostly_one = [R(drafted=1, draft_s=cost(1))] * 9 + [R(drafted=2, draft_s=cost(2))]
+    assert draft_line(mostly_one)[:2] == pytest.approx((1.0e-3, 0.5e-3))
 
 
 def test_the_profile_times_a_sizable_drafter_at_each_size_and_every_drafter_in_each_pass(tiny, monkeypatch):
@@ -58,7 +62,9 @@ def test_the_profile_times_a_sizable_drafter_at_each_size_and_every_drafter_in_e
     assert ee["mean_drafted"] > 4.5 and ee["draft_line_rounds"] > ee["rounds"]  # bookkeeping: its own size
     assert len(ee["draft_per_token_ms_by_pass"]) == profile.PASSES  # each pass's own line, for the spread
     assert out["v"]["draft_ms_by_drafted"] == {} and out["v"]["rounds"] > 0
-    timed = ran[2:]  # after one warm-up generation each
+    # warm-up: each drafter at its own size, then at every size it is timed at (no graph built while timing)
+    assert ran[:5] == [("ee", None), ("ee", 1), ("ee", 3), ("ee", 6), ("v", None)]
+    timed = ran[5:]
     one_pass = [("ee", None), ("ee", 1), ("ee", 3), ("ee", 6), ("v", None)]
     assert timed[:5] == one_pass and timed[5:10] == [one_pass[0], *one_pass[3:0:-1], one_pass[4]]
     assert len(timed) == 5 * profile.PASSES
