@@ -153,8 +153,8 @@ class ResultFiles:
             w.update_meta(**fields)
 
     def finish(self, late: int) -> None:
-        """Record this process's count of graphs compiled while timing (0 included: a resumed file
-        must not keep an older one) and close every file."""
+        """Record this process's count of graphs compiled while timing (0 included; a resumed file
+        adds it to its earlier runs', ``ResultWriter.update_meta``) and close every file."""
         self.update_meta(graphs_compiled_while_timing=late)
         self.close()
 

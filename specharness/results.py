@@ -178,6 +178,16 @@ def iter_result_files(directory: Path) -> Iterator[Path]:
         yield from sorted(p for p in directory.glob("*.jsonl") if meta_path(p).is_file())
 
 
+def merge_compared(meta: dict[str, Any], run: list[str] | None) -> dict[str, Any]:
+    """A resumed file's ``compared_with`` once this run appends to it: the methods every run that
+    wrote its records timed beside it (vanilla only if each interleaved it, so a ratio that spans
+    runs says so; a header without the field says nothing and stays so)."""
+    if "compared_with" not in meta:
+        return meta
+    mine = set(run or [])
+    return {**meta, "compared_with": [m for m in meta["compared_with"] or [] if m in mine]}
+
+
 class ResultWriter:
     """Appends question records to one method's result file; resumes or refuses as asked."""
 
@@ -185,6 +195,8 @@ class ResultWriter:
         self.path = Path(path)
         self.meta = meta
         self.done: set = set()
+        self._compared: list[str] | None = None
+        self._compiled_before = 0
         check_writable(self.path)
         if self.path.exists() and not overwrite:
             if not resume:
@@ -200,18 +212,28 @@ class ResultWriter:
             with open(self.path, "r+b") as fh:  # drop a torn last line
                 fh.truncate(good)
             self.done = {r["question_id"] for r in records}
-            meta = {**old, "resumed": old.get("resumed", []) + [meta.get("command")]}
-            self.meta = meta
+            self._compared = meta.get("compared_with")  # merged in when this run adds a record
+            self._compiled_before = old.get("graphs_compiled_while_timing") or 0
+            self.meta = {**old, "resumed": old.get("resumed", []) + [meta.get("command")]}
         elif self.path.exists():
             self.path.unlink()
-        write_text_atomic(meta_path(self.path), json.dumps(self.meta, indent=1) + "\n")
+        self._write_meta()
         self._fh = open(self.path, "a", encoding="utf-8")
 
-    def update_meta(self, **fields: Any) -> None:
-        self.meta.update(fields)
+    def _write_meta(self) -> None:
         write_text_atomic(meta_path(self.path), json.dumps(self.meta, indent=1) + "\n")
 
+    def update_meta(self, **fields: Any) -> None:
+        if "graphs_compiled_while_timing" in fields:  # a resumed file's: every run's (its records were timed in each)
+            fields["graphs_compiled_while_timing"] += self._compiled_before
+        self.meta.update(fields)
+        self._write_meta()
+
     def append(self, result: QuestionResult) -> None:
+        if self._compared is not None:
+            self.meta = merge_compared(self.meta, self._compared)
+            self._compared = None
+            self._write_meta()
         self._fh.write(json.dumps(question_record(result, self.meta)) + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())

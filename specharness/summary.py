@@ -55,8 +55,8 @@ def summary_rows(paths: list[Path], questions: list | None = None) -> list[dict]
                 "repeats": stab.repeats, "unstable": len(stab.unstable), "max_cv": stab.max_cv,
                 "unstable_ids": stab.unstable,
                 "baseline_unstable": len(base_stab.unstable) if base_stab else 0,
-                # vanilla from the files beside it, not timed in this method's run, as its header says: the
-                # header of the file's first run (a resumed file keeps it; older headers do not say)
+                # vanilla from the files beside it, not timed beside every run that wrote this file, as its
+                # header says (``results.merge_compared``; older headers do not say)
                 "baseline_elsewhere": bool(base) and "vanilla" not in (meta.get("compared_with") or ["vanilla"]),
             })
     return rows

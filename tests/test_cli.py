@@ -10,7 +10,7 @@ import pytest
 
 from specharness.cli import main
 from specharness.plugins import build_registry
-from specharness.results import meta_path, read_results
+from specharness.results import ResultWriter, meta_path, read_results
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ["--subtasks", "qa", "--max-new-tokens", "6", "--warmup", "0", "--repeats", "1"]
@@ -223,6 +223,24 @@ def test_run_measures_vanilla_alongside_and_reports_the_speedup(capsys, tmp_path
                  "--limit", "2", *QUICK]) == 0
     assert [r.question_id for r in read_results(vanilla)[1]][:1] == [recs[0].question_id]
     assert len(read_results(vanilla)[1]) == 2
+
+    # resuming the first file with nothing to add keeps its vanilla; adding a question without vanilla (the file
+    # beside it now holds both) makes its ratio span two runs, and its header and the summary say so
+    for limit, beside in (("1", ["vanilla", "prompt-lookup"]), ("2", ["prompt-lookup"])):
+        assert main(["run", "--plugin", plugin, "--method", "prompt-lookup", "--out", str(out), "--resume",
+                     "--limit", limit, *QUICK]) == 0
+        assert read_results(out)[0]["compared_with"] == beside
+        assert ("note: prompt-lookup ran without vanilla" in capsys.readouterr().out) == (limit == "2")
+    assert len(read_results(out)[1]) == 2
+
+
+def test_a_resumed_header_adds_up_the_graphs_each_run_compiled_while_timing(tmp_path):
+    out = tmp_path / "v.jsonl"
+    meta = {"method": "vanilla", "compared_with": ["vanilla"]}
+    ResultWriter(out, meta).update_meta(graphs_compiled_while_timing=2)
+    again = ResultWriter(out, {**meta, "command": "again"}, resume=True)
+    again.update_meta(graphs_compiled_while_timing=0)  # this run compiled none; the records before it were timed so
+    assert read_results(out)[0]["graphs_compiled_while_timing"] == 2 and read_results(out)[0]["resumed"] == ["again"]
 
 
 def test_baseline_none_runs_the_method_alone(capsys, tmp_path):
