@@ -42,6 +42,7 @@ from .results import provenance
 from .report.figures import style
 from .runner import Settings, build_method
 from .timing import clock_for
+from .stats import median_ci
 from .model import WIDTH_BUCKETS, read_bytes
 from .session import EngineRequest, Session
 
@@ -310,7 +311,10 @@ def pass_slope(rounds) -> float | None:
     return fit_line(list(medians), list(medians.values()))[1] if identified else None
 
 
-PASSES = 4  # passes over the drafters, each generation a slice of the profile's tokens
+# passes over the drafters, each generation a slice of the profile's tokens: a pass's line rests on a few dozen
+# rounds and moved 0.7x-1.8x its byte roofline within one profile (AVX512 EPYC), so enough passes for an
+# interval on their median (6 at least; 16: ranks 4 to 13); 16 passes took ~30 s for six drafters there
+PASSES = 16
 
 
 def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=print,
@@ -533,8 +537,9 @@ def markdown(p: dict) -> str:
         lines.append("\n*draft ms*: a line through the median draft time of each number of drafts a round "
                      "proposed (rounds run at each size a budget can pick, where the drafter can be sized; the "
                      "fixed part is what a drafting round costs beyond its tokens). In brackets after *per token / "
-                     "roofline*: that ratio for each pass's own line (the profile's passes over the drafters, "
-                     "each a few seconds), how far load on the machine moved it while this profile ran.")
+                     "roofline*: the median of that ratio over each pass's own line (the profile's passes over the "
+                     "drafters, each under a second: load on the machine moves one by up to 2x) and its 95% interval "
+                     "(order statistics); their range where fewer than 6 passes identify a line.")
         lines.append("*its byte roofline*: the weights one draft token reads (the drafter's ``draft_bytes``: its "
                      "layers, norms and head rows) over the bandwidth measured in this profile; a drafter that reads "
                      "none (retrieval) has no roofline.")
@@ -590,13 +595,14 @@ def _rate_cell(d: dict, rate: float | None) -> str:
 
 def _roofline_cells(d: dict, gbs: float) -> tuple[str, str]:
     """A drafter's byte roofline (ms one draft token takes at ``gbs``, and its MB) and its measured
-    per-token cost over it, with the range of the passes' own lines where the profile has them; '-'
-    for a drafter that reads no weights."""
+    per-token cost over it, then the median of the passes' own lines with its 95% interval (``median_ci``;
+    their range where fewer than 6 passes identify a line); '-' for a drafter that reads no weights."""
     if not d.get("draft_bytes"):
         return "-", "-"
-    spread = [ms for ms in d.get("draft_per_token_ms_by_pass") or [] if ms is not None]
-    span = (f" ({min(spread) / _bytes_ms(d, gbs):.2f}-{max(spread) / _bytes_ms(d, gbs):.2f})"
-            if len(spread) > 1 else "")
+    ratios = [ms / _bytes_ms(d, gbs) for ms in d.get("draft_per_token_ms_by_pass") or [] if ms is not None]
+    passes = median_ci(ratios)
+    span = (f" (passes: {passes.fmt()})" if passes.method == "order statistics"
+            else f" ({min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 else "")
     return f"{_bytes_ms(d, gbs):.2f} ms ({d['draft_bytes'] / 1e6:.1f})", _rate_cell(d, gbs) + span
 
 

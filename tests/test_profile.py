@@ -56,18 +56,19 @@ def test_the_profile_times_a_sizable_drafter_at_each_size_and_every_drafter_in_e
     monkeypatch.setattr(profile, "_built", recording)
     prompt = [5, 9, 12, 5, 9, 12, 5, 9, 30, 31, 5, 9]
     variants = {"ee": ("early_exit", ["exit_layer=1", "draft_vocab=0"]), "v": ("vanilla", [])}
-    out = profile.drafter_costs(tiny, build_registry(), prompt, tokens=40, log=lambda *a: None, variants=variants)
+    out = profile.drafter_costs(tiny, build_registry(), prompt, tokens=40, log=lambda *a: None, variants=variants,
+                                passes=3)
     ee = out["ee"]
     assert {"1", "3", "6"} <= set(ee["draft_ms_by_drafted"]) and ee["draft_per_token_ms"] > 0
     assert ee["mean_drafted"] > 4.5 and ee["draft_line_rounds"] > ee["rounds"]  # bookkeeping: its own size
-    assert len(ee["draft_per_token_ms_by_pass"]) == profile.PASSES  # each pass's own line, for the spread
+    assert len(ee["draft_per_token_ms_by_pass"]) == 3  # each pass's own line, for the spread
     assert out["v"]["draft_ms_by_drafted"] == {} and out["v"]["rounds"] > 0
     # warm-up: each drafter at its own size, then at every size it is timed at (no graph built while timing)
     assert ran[:5] == [("ee", None), ("ee", 1), ("ee", 3), ("ee", 6), ("v", None)]
     timed = ran[5:]
     one_pass = [("ee", None), ("ee", 1), ("ee", 3), ("ee", 6), ("v", None)]
     assert timed[:5] == one_pass and timed[5:10] == [one_pass[0], *one_pass[3:0:-1], one_pass[4]]
-    assert len(timed) == 5 * profile.PASSES
+    assert len(timed) == 5 * 3
 
 
 def test_the_profile_waits_for_graphs_building_in_the_background_before_timing():
@@ -84,7 +85,7 @@ def test_the_profile_waits_for_graphs_building_in_the_background_before_timing()
     settled(SimpleNamespace(backend=SimpleNamespace()))  # an eager backend builds nothing
 
 
-def test_the_per_token_cost_over_the_roofline_says_how_far_the_passes_spread():
+def test_the_per_token_cost_over_the_roofline_gives_the_passes_median_and_interval_or_their_spread():
     from specharness.profile import markdown
     p = {"model": "m", "cpu": "c", "threads": 2, "torch": "t", "bandwidth_gbs": 20.0, "command": "x",
          "rooflines": {"bfloat16": {"ms": 13.5}}, "hf_generate": {}, "configs": [],
@@ -93,6 +94,9 @@ def test_the_per_token_cost_over_the_roofline_says_how_far_the_passes_spread():
     assert "| early_exit | 1.00 | 3.00 | 1.00 ms (20.0) | 3.00 (2.50-4.00) | - | 0.40 |" in markdown(p)
     p["drafters"]["early_exit"]["draft_per_token_ms_by_pass"] = [None, 2.0, None]  # one pass's line: no range
     assert "| early_exit | 1.00 | 3.00 | 1.00 ms (20.0) | 3.00 | - | 0.40 |" in markdown(p)
+    # passes enough for an interval on their median: ranks 5 and 13 of 17 (a binomial's 95%), not the range
+    p["drafters"]["early_exit"]["draft_per_token_ms_by_pass"] = [None, 9.0, *[0.5 + 0.25 * i for i in range(16)]]
+    assert "| 1.00 ms (20.0) | 3.00 (passes: 2.50 [1.50, 3.50]) |" in markdown(p)
 
 
 def test_a_pass_with_one_drafted_count_gives_no_slope_of_its_own():

@@ -35,7 +35,8 @@ def add_parser(sub) -> None:
                         "a drafter's generations are half as long, several a pass (default: %(default)s)")
     p.add_argument("--passes", type=int, default=engine_profile.PASSES,
                    help="passes over the drafters, each timing every drafter in turn at its own size and at each "
-                        "size a budget can pick; profile.md gives the passes' range (default: %(default)s)")
+                        "size a budget can pick; profile.md gives the median of the passes' lines with its 95%% interval "
+                        "(from 6 passes) (default: %(default)s)")
     p.add_argument("-o", "--option", action="append", default=[], metavar="METHOD.KEY=VALUE",
                    help="a method's option for its costs, repeatable, e.g. -o self-spec.trials=8 "
                         "(default: every method on its defaults)")
