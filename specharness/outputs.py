@@ -131,6 +131,9 @@ class ResultFiles:
         compared = [m.label for m in methods]
         writers = {m.label: ResultWriter(paths[m.label], header(plan, session, m, compared), resume=resume[m.label],
                                          overwrite=overwrite[m.label]) for m in methods}
+        held = {label: set(w.done) for label, w in writers.items()}  # a question a file holds runs without it
+        for label, w in writers.items():
+            w.held_beside = {other: ids for other, ids in held.items() if other != label}
         return cls(methods, writers, summary_paths, session.hardware())
 
     def pending(self, questions: list) -> int:
@@ -154,7 +157,8 @@ class ResultFiles:
 
     def finish(self, late: int) -> None:
         """Record this process's count of graphs compiled while timing (0 included; a resumed file
-        adds it to its earlier runs', ``ResultWriter.update_meta``) and close every file."""
+        adds it to its earlier runs' where this run added records, ``ResultWriter.update_meta``) and
+        close every file."""
         self.update_meta(graphs_compiled_while_timing=late)
         self.close()
 

@@ -313,7 +313,8 @@ def pass_slope(rounds) -> float | None:
 
 # passes over the drafters, each generation a slice of the profile's tokens: a pass's line rests on a few dozen
 # rounds and moved 0.7x-1.8x its byte roofline within one profile (AVX512 EPYC), so enough passes for an
-# interval on their median (6 at least; 16: ranks 4 to 13); 16 passes took ~30 s for six drafters there
+# interval on their median (6 at least; 16: ranks 4 to 13, 97.9%); 16 rather than 4 added ~2 min to a profile
+# of all 14 drafters there (results/smollm2-cpu-epyc-profile-v10)
 PASSES = 16
 
 
@@ -330,10 +331,10 @@ def drafter_costs(target, registry, prompt: list[int], tokens: int = 48, log=pri
     on them all rather than on one drafter's line (the same drafter's per-token cost moved 1.5x between
     two back-to-back profiles on the AVX512 EPYC when each drafter was timed in one block)."""
     built = list(_built(registry, registry.drafters, target, variants, log))
-    sizes = {name: sizes_for(method.max_width - 1, target.backend.width) if method.at_size else []
-             for name, method in built}
     for _, method in built:
         target.expect_widths(method.max_width)
+    sizes = {name: sizes_for(method.max_width - 1, target.backend.width) if method.at_size else []
+             for name, method in built}
     for name, method in built:  # warm (greedy), at every size it is timed at: no graph is built while timing
         method.generate(prompt, Settings(max_new_tokens=8), 0)
         for n in sizes[name]:
@@ -538,8 +539,9 @@ def markdown(p: dict) -> str:
                      "proposed (rounds run at each size a budget can pick, where the drafter can be sized; the "
                      "fixed part is what a drafting round costs beyond its tokens). In brackets after *per token / "
                      "roofline*: the median of that ratio over each pass's own line (the profile's passes over the "
-                     "drafters, each under a second: load on the machine moves one by up to 2x) and its 95% interval "
-                     "(order statistics); their range where fewer than 6 passes identify a line.")
+                     "drafters, each a few dozen rounds, which load on the machine moves) and an interval of at least "
+                     "95% (order statistics, the passes taken as independent); their range where fewer than 6 passes "
+                     "identify a line.")
         lines.append("*its byte roofline*: the weights one draft token reads (the drafter's ``draft_bytes``: its "
                      "layers, norms and head rows) over the bandwidth measured in this profile; a drafter that reads "
                      "none (retrieval) has no roofline.")

@@ -178,13 +178,13 @@ def iter_result_files(directory: Path) -> Iterator[Path]:
         yield from sorted(p for p in directory.glob("*.jsonl") if meta_path(p).is_file())
 
 
-def merge_compared(meta: dict[str, Any], run: list[str] | None) -> dict[str, Any]:
-    """A resumed file's ``compared_with`` once this run appends to it: the methods every run that
-    wrote its records timed beside it (vanilla only if each interleaved it, so a ratio that spans
-    runs says so; a header without the field says nothing and stays so)."""
+def merge_compared(meta: dict[str, Any], beside: list[str] | None) -> dict[str, Any]:
+    """A file's ``compared_with`` once a record timed beside ``beside`` joins it: the methods timed
+    beside every record (vanilla only if each was interleaved with it, so a ratio that spans runs
+    says so); a header without the field says nothing and stays so."""
     if "compared_with" not in meta:
         return meta
-    mine = set(run or [])
+    mine = set(beside or [])
     return {**meta, "compared_with": [m for m in meta["compared_with"] or [] if m in mine]}
 
 
@@ -195,8 +195,10 @@ class ResultWriter:
         self.path = Path(path)
         self.meta = meta
         self.done: set = set()
-        self._compared: list[str] | None = None
+        self._compared: list[str] = list(meta.get("compared_with") or [])  # the methods this run times
+        self.held_beside: dict[str, set] = {}  # per other method of the run, what its file held before it
         self._compiled_before = 0
+        self.appended = 0
         check_writable(self.path)
         if self.path.exists() and not overwrite:
             if not resume:
@@ -212,7 +214,6 @@ class ResultWriter:
             with open(self.path, "r+b") as fh:  # drop a torn last line
                 fh.truncate(good)
             self.done = {r["question_id"] for r in records}
-            self._compared = meta.get("compared_with")  # merged in when this run adds a record
             self._compiled_before = old.get("graphs_compiled_while_timing") or 0
             self.meta = {**old, "resumed": old.get("resumed", []) + [meta.get("command")]}
         elif self.path.exists():
@@ -224,20 +225,24 @@ class ResultWriter:
         write_text_atomic(meta_path(self.path), json.dumps(self.meta, indent=1) + "\n")
 
     def update_meta(self, **fields: Any) -> None:
-        if "graphs_compiled_while_timing" in fields:  # a resumed file's: every run's (its records were timed in each)
-            fields["graphs_compiled_while_timing"] += self._compiled_before
+        if "graphs_compiled_while_timing" in fields:  # over the runs that timed this file's records
+            fields["graphs_compiled_while_timing"] = ((fields["graphs_compiled_while_timing"] if self.appended else 0)
+                                                      + self._compiled_before)
         self.meta.update(fields)
         self._write_meta()
 
     def append(self, result: QuestionResult) -> None:
-        if self._compared is not None:
-            self.meta = merge_compared(self.meta, self._compared)
-            self._compared = None
+        # a method whose file already held this question did not run it beside this one
+        merged = merge_compared(self.meta, [m for m in self._compared
+                                            if result.question_id not in self.held_beside.get(m, ())])
+        if merged != self.meta:
+            self.meta = merged
             self._write_meta()
         self._fh.write(json.dumps(question_record(result, self.meta)) + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())
         self.done.add(result.question_id)
+        self.appended += 1
 
     def close(self) -> None:
         self._fh.close()

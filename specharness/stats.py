@@ -107,10 +107,6 @@ def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> Estima
     if not x.size:
         return NAN_ESTIMATE
     med = float(np.median(x))
-    if x.size < 2:
-        return Estimate(med, float("nan"), float("nan"), 1, "none")
-    if np.ptp(x) == 0:
-        return Estimate(med, med, med, int(x.size), "degenerate")
     ci = quantile_test(x, q=med, p=0.5).confidence_interval(confidence)
     lo, hi = float(ci.low), float(ci.high)
     return Estimate(med, lo, hi, int(x.size), "order statistics" if math.isfinite(lo) and math.isfinite(hi) else "none")

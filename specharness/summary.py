@@ -55,9 +55,10 @@ def summary_rows(paths: list[Path], questions: list | None = None) -> list[dict]
                 "repeats": stab.repeats, "unstable": len(stab.unstable), "max_cv": stab.max_cv,
                 "unstable_ids": stab.unstable,
                 "baseline_unstable": len(base_stab.unstable) if base_stab else 0,
-                # vanilla from the files beside it, not timed beside every run that wrote this file, as its
+                # vanilla from the files beside it, not timed beside every record of this file, as its
                 # header says (``results.merge_compared``; older headers do not say)
-                "baseline_elsewhere": bool(base) and "vanilla" not in (meta.get("compared_with") or ["vanilla"]),
+                "baseline_elsewhere": bool(base) and meta.get("compared_with") is not None
+                and "vanilla" not in meta["compared_with"],
             })
     return rows
 
@@ -93,8 +94,9 @@ def print_summary(paths: list[Path], questions: list | None = None) -> None:
               "or use 'compare --methods vanilla,...')")
     elsewhere = sorted({r["method"] for r in rows if r["baseline_elsewhere"]})
     if elsewhere:
-        print(f"note: {', '.join(elsewhere)} ran without vanilla: its speedup is against vanilla timed in an earlier "
-              "run with the same settings (the file beside it), not interleaved with it, and a machine's speed moves "
+        print(f"note: {', '.join(elsewhere)} ran without vanilla on some or all of its questions: its speedup is "
+              "partly against vanilla timed in an earlier run with the same settings (the file beside it), not "
+              "interleaved with it, and a machine's speed moves "
               "between runs (vanilla's step 14% cheaper from one table to the next: n10-v11, n10-v12); for a ratio "
               "from one run use 'compare --methods vanilla,METHOD'")
     for note in (narrow_step_note(paths), unstored_note(paths)):

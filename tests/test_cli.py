@@ -10,6 +10,7 @@ import pytest
 
 from specharness.cli import main
 from specharness.plugins import build_registry
+from specharness.records import Generation, QuestionResult, Round
 from specharness.results import ResultWriter, meta_path, read_results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -215,14 +216,17 @@ def test_run_measures_vanilla_alongside_and_reports_the_speedup(capsys, tmp_path
     assert f"vanilla results with the same settings in {vanilla}" in captured.err
     assert vanilla.read_text() == before
     assert [line for line in captured.out.splitlines() if line.startswith("prompt-lookup") and "x" in line]
-    assert "note: prompt-lookup ran without vanilla: its speedup is against vanilla timed in an earlier run" \
-        in captured.out  # a ratio across two runs says so
+    assert "note: prompt-lookup ran without vanilla on some or all of its questions: its speedup is partly " \
+        "against vanilla timed in an earlier run" in captured.out  # a ratio across two runs says so
 
     # other settings (here more questions) resume the same file for the missing ones only
     assert main(["run", "--plugin", plugin, "--method", "prompt-lookup", "--out", str(out.parent / "pl3.jsonl"),
                  "--limit", "2", *QUICK]) == 0
     assert [r.question_id for r in read_results(vanilla)[1]][:1] == [recs[0].question_id]
     assert len(read_results(vanilla)[1]) == 2
+    # its first question ran alone (vanilla's file held it), the second beside vanilla: not every record was
+    assert read_results(out.parent / "pl3.jsonl")[0]["compared_with"] == ["prompt-lookup"]
+    assert "note: prompt-lookup ran without vanilla" in capsys.readouterr().out
 
     # resuming the first file with nothing to add keeps its vanilla; adding a question without vanilla (the file
     # beside it now holds both) makes its ratio span two runs, and its header and the summary say so
@@ -234,13 +238,25 @@ def test_run_measures_vanilla_alongside_and_reports_the_speedup(capsys, tmp_path
     assert len(read_results(out)[1]) == 2
 
 
-def test_a_resumed_header_adds_up_the_graphs_each_run_compiled_while_timing(tmp_path):
+def test_a_resumed_header_adds_up_the_graphs_compiled_while_timing_its_records(tmp_path):
     out = tmp_path / "v.jsonl"
-    meta = {"method": "vanilla", "compared_with": ["vanilla"]}
-    ResultWriter(out, meta).update_meta(graphs_compiled_while_timing=2)
-    again = ResultWriter(out, {**meta, "command": "again"}, resume=True)
-    again.update_meta(graphs_compiled_while_timing=0)  # this run compiled none; the records before it were timed so
-    assert read_results(out)[0]["graphs_compiled_while_timing"] == 2 and read_results(out)[0]["resumed"] == ["again"]
+    meta = {"method": "vanilla", "model": "m", "compared_with": ["vanilla"]}
+
+    def record(qid):
+        turn = Generation([1], [Round(0, 0, 0.0, 0.1, 0.0)], 0.1, "length")
+        return QuestionResult(qid, "qa", "qa", "vanilla", ["q"], [turn], [False], 0, [[0.1]])
+
+    first = ResultWriter(out, meta)
+    first.append(record(1))
+    first.update_meta(graphs_compiled_while_timing=2)
+    idle = ResultWriter(out, {**meta, "command": "idle"}, resume=True)
+    idle.update_meta(graphs_compiled_while_timing=3)  # its process compiled 3 while timing others, none of this file's
+    assert read_results(out)[0]["graphs_compiled_while_timing"] == 2
+    more = ResultWriter(out, {**meta, "command": "more"}, resume=True)
+    more.append(record(2))
+    more.update_meta(graphs_compiled_while_timing=1)
+    header, records = read_results(out)
+    assert header["graphs_compiled_while_timing"] == 3 and header["resumed"] == ["idle", "more"] and len(records) == 2
 
 
 def test_baseline_none_runs_the_method_alone(capsys, tmp_path):

@@ -62,9 +62,11 @@ def test_a_medians_interval_covers_a_skewed_timings_median_at_its_level_and_need
     covers the true median in about 95% of experiments, at 8 and at 16 values; 5 have no 95% interval."""
     rng = np.random.default_rng(7)
     for n in (8, 16):
-        est = [stats.median_ci(rng.lognormal(0, 0.5, n)) for _ in range(400)]
+        samples = [rng.lognormal(0, 0.5, n) for _ in range(400)]
+        est = [stats.median_ci(x) for x in samples]
         assert all(e.low <= e.value <= e.high for e in est)
-        assert 0.93 <= np.mean([e.covers(1.0) for e in est]) <= 0.995  # the log-normal(0, .5)'s median is 1
+        assert np.mean([e.covers(1.0) for e in est]) >= 0.93  # the log-normal(0, .5)'s median is 1
+    assert all(e.low == np.sort(x)[3] and e.high == np.sort(x)[12] for x, e in zip(samples, est))  # 16: ranks 4, 13
     assert stats.median_ci([1.0, 2.0, 3.0, 9.0, 4.0]).method == "none"
     assert stats.median_ci([2.0] * 7).fmt() == "2.00 [2.00, 2.00]" and stats.median_ci([]).n == 0
 
