@@ -44,6 +44,8 @@ class OptionSpec:
                 raise UsageError(f"option {method}.{self.name} must be {self.type}, got '{raw}'") from None
         if value is None:
             return value
+        if value != value:  # nan passes every range check
+            raise UsageError(f"option {method}.{self.name} must be a number, got '{raw}'")
         if self.choices and value not in self.choices:
             raise UsageError(f"option {method}.{self.name}={raw} is not {self.describe_range()}")
         if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):

@@ -38,8 +38,11 @@ def same_baseline(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return all(a.get(k) == b.get(k) for k in RUN_BASELINE_IDENTITY)
 
 
-def check_writable(path: Path) -> None:
+def check_writable(path: Path, flag: str = "--out") -> None:
     """Fail now, in one line, if results cannot be written at ``path`` (before hours of work)."""
+    if path.is_dir():
+        example = path / ("report.json" if flag == "--json" else "results.jsonl")
+        raise UsageError(f"{flag} '{path}' is a folder; name a file in it (e.g. {example})")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         probe = path.with_name(f".{path.name}.probe")
@@ -47,7 +50,7 @@ def check_writable(path: Path) -> None:
         probe.unlink()
     except OSError as exc:
         raise UsageError(f"cannot write results to '{path}' ({exc.strerror or exc}); choose a writable "
-                         "--out / --out-dir") from None
+                         f"{flag}{' / --out-dir' if flag == '--out' else ''}") from None
 
 
 def meta_path(path: Path) -> Path:
@@ -135,17 +138,23 @@ def tokens_per_round(g: Generation) -> list[int]:
 
 
 def _read_lines(path: Path) -> tuple[list[dict], int]:
-    """Complete records and the byte length they occupy (a torn tail is not counted)."""
+    """Complete records and the byte length they occupy. A torn last line (a run killed while writing)
+    is not counted; an unreadable line with finished records after it stops here, in one line, rather
+    than have a resume cut those records off or a report leave them out."""
     records, good = [], 0
     with open(path, "rb") as fh:
-        for raw in fh:
+        lines = fh.readlines()
+    for n, raw in enumerate(lines, 1):
+        try:
             if not raw.endswith(b"\n"):
-                break
-            try:
-                records.append(json.loads(raw))
-            except json.JSONDecodeError:
-                break
-            good += len(raw)
+                raise ValueError
+            records.append(json.loads(raw))
+        except ValueError:
+            if any(rest.strip() for rest in lines[n:]):
+                raise UsageError(f"{path}: line {n} is not a JSON record, and finished questions follow it; "
+                                 "repair or delete that line, then rerun") from None
+            break
+        good += len(raw)
     return records, good
 
 
@@ -155,9 +164,12 @@ def read_meta(path: Path) -> dict[str, Any]:
         raise UsageError(f"{path} has no header file {mp.name}; it was not written by specharness "
                          "(or the header was removed): rerun, or copy the header beside it")
     try:
-        return json.loads(mp.read_text())
+        meta = json.loads(mp.read_text())
     except json.JSONDecodeError as exc:
         raise UsageError(f"{mp} is not valid JSON ({exc.msg}, line {exc.lineno}); restore or delete it") from None
+    if not isinstance(meta, dict):
+        raise UsageError(f"{mp} is not a specharness header (a JSON object); restore or delete it")
+    return meta
 
 
 def read_results(path: Path | str) -> tuple[dict[str, Any], list[QuestionRecord]]:

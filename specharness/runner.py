@@ -68,8 +68,8 @@ class Method:
 def check_settings(settings: Settings) -> None:
     if settings.max_new_tokens <= 0:
         raise UsageError(f"--max-new-tokens must be positive, got {settings.max_new_tokens}")
-    if settings.temperature < 0:
-        raise UsageError(f"--temperature must be >= 0, got {settings.temperature}")
+    if not 0 <= settings.temperature < float("inf"):
+        raise UsageError(f"--temperature must be a number >= 0 (0: greedy), got {settings.temperature}")
     if settings.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {settings.repeats}")
     if settings.warmup < 0:

@@ -187,6 +187,8 @@ class RunPlan:
         check_executor_args(outputs.get("executor", "local"), outputs.get("workers"), outputs.get("address"))
         check_threads(engine.threads)
         check_engine(engine)
+        if not methods:
+            raise UsageError("--methods names no method; e.g. --methods vanilla,kangaroo")
         if len(set(methods)) != len(methods):
             raise UsageError("a method is listed twice in --methods; list each once")
         variants = method_variants(methods, options)
@@ -197,11 +199,13 @@ class RunPlan:
         out, out_dir = outputs.pop("out", None), outputs.pop("out_dir", None)
         out, out_dir = Path(out) if out else None, Path(out_dir) if out_dir else None
         resume, overwrite = outputs.get("resume", False), outputs.get("overwrite", False)
+        if resume and overwrite:
+            raise UsageError("--resume keeps a file's finished questions and --overwrite discards them; give one")
+        for path in filter(None, (out, out_dir and out_dir / "x")):
+            check_writable(path)
         if out and out.exists() and not (resume or overwrite):
             raise UsageError(f"{out} already exists; add --resume to continue it, --overwrite to start again, "
                              "or --out to write elsewhere")
-        for path in filter(None, (out, out_dir and out_dir / "x")):
-            check_writable(path)
         source = find_question_file(bench_file, bench)
         available = load_questions(source.path)
         chosen = parse_subtasks(subtasks)

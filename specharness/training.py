@@ -43,11 +43,16 @@ def claim_out_dir(out: Path, resume: bool) -> Path:
     """``out`` made ready for a run: a fresh run refuses a directory holding one, ``--resume``
     needs one. Returns the state file's path."""
     state_file = out / STATE_FILE
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out '{out}' is a file; a training run writes a folder: name a new one")
     if resume and not state_file.is_file():
         raise UsageError(f"--resume: no checkpoint in '{out}' ({STATE_FILE}); run without --resume first")
     if not resume and state_file.is_file():
         raise UsageError(f"'{out}' already holds a training run; pass --resume to continue it or choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create --out '{out}' ({exc.strerror or exc}); choose a writable folder") from None
     return state_file
 
 

@@ -155,9 +155,13 @@ def load_questions(path: Path | str) -> list[Question]:
 
 
 def parse_subtasks(text: str | None) -> tuple[str, ...]:
-    if not text:
+    """``--subtasks``: None is every subtask; a name given twice runs once."""
+    if text is None:
         return SUBTASKS
-    names = tuple(s.strip() for s in text.split(",") if s.strip())
+    names = tuple(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
+    if not names:
+        raise UsageError(f"--subtasks '{text}' names no subtask; choose from {', '.join(SUBTASKS)} (or leave it out "
+                         "for all)")
     for name in names:
         if name not in SUBTASKS:
             raise UsageError(f"unknown subtask '{name}'; choose from {', '.join(SUBTASKS)}")

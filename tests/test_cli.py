@@ -50,7 +50,7 @@ def error_line(capsys, argv) -> str:
     (["run", "--model", "/no/such/model"], "is not a directory with a config.json"),
     (["run", "--model", "/no/such/model.gguf"], "does not exist"),
     (["run", "--max-new-tokens", "0"], "--max-new-tokens must be positive"),
-    (["run", "--temperature", "-0.5"], "--temperature must be >= 0"),
+    (["run", "--temperature", "-0.5"], "--temperature must be a number >= 0"),
     (["run", "--limit", "0"], "--limit must be a positive number"),
     (["compare", "--methods", "vanilla,vanilla"], "listed twice"),
     (["compare", "--methods", "vanilla,hf-generate", "-o", "k=1"], "does not name its method"),
@@ -69,9 +69,34 @@ def error_line(capsys, argv) -> str:
     (["run", "--bench", "nope"], "argument --bench: invalid choice: 'nope'"),
     (["run", "--limit", "many"], "argument --limit: invalid int value: 'many'"),
     (["run", "--bench", "spec-bench", "--bench-file", "q.jsonl"], "not both"),
+    (["run", "--subtasks", ","], "--subtasks ',' names no subtask"),
+    (["compare", "--methods", ","], "--methods names no method"),
+    (["run", "--temperature", "nan"], "--temperature must be a number >= 0"),
+    (["run", "--method", "kangaroo", "-o", "eta=nan"], "option kangaroo.eta must be a number, got 'nan'"),
+    (["run", "--out", "x.jsonl", "--resume", "--overwrite"], "--overwrite discards them; give one"),
+    (["run", "--out", "/tmp", "--overwrite"], "--out '/tmp' is a folder; name a file in it"),
+    (["lossless", "--method", "pld", "--effect-a", "0"], "--effect-a must be a positive effect size w"),
+    (["lossless", "--method", "pld", "--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
+    (["lossless", "--method", "pld", "--tolerance", "-1"], "--tolerance must be a logit margin >= 0"),
+    (["lossless", "--method", "pld", "--json", "/tmp"], "--json '/tmp' is a folder"),
+    (["train", "kangaroo", "--out", "/proc/self/status"], "is a file; a training run writes a folder"),
 ])
 def test_bad_input_is_one_line(capsys, argv, expected):
     assert expected in error_line(capsys, argv)
+
+
+def test_an_unreadable_line_before_finished_questions_stops_resume_and_report_in_one_line(capsys, tmp_path):
+    """A torn last line (a killed run) is dropped on resume; a bad line with records after it is not
+    guessed at: cutting the file there would lose the finished questions after it."""
+    out = tmp_path / "v.jsonl"
+    assert main(["run", "--limit", "2", "--out", str(out), *QUICK]) == 0
+    good = out.read_text().splitlines()
+    out.write_text(good[0] + "\n{torn\n" + good[1] + "\n")
+    for argv in (["run", "--limit", "2", "--out", str(out), "--resume", *QUICK], ["report", str(tmp_path)]):
+        assert f"{out}: line 2 is not a JSON record, and finished questions follow it" in error_line(capsys, argv)
+    assert out.read_text().splitlines()[2] == good[1]  # nothing cut
+    (tmp_path / "v.meta.json").write_text("[]")
+    assert "is not a specharness header" in error_line(capsys, ["report", str(tmp_path)])
 
 
 def test_malformed_question_file_names_the_line(capsys, tmp_path):

@@ -13,6 +13,7 @@ from typing import Any
 from .. import identity
 from .. import lossless as checks
 from ..errors import UsageError
+from ..results import check_writable
 from ..runner import build_method
 
 
@@ -112,6 +113,15 @@ def _check_args(args) -> list[str]:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 10")
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads must be at least 1, got {args.threads}")
+    for name in ("effect_a", "effect_b", "effect_c"):  # w = 0 would need infinite samples
+        if not 0 < getattr(args, name) < float("inf"):
+            raise UsageError(f"--{name.replace('_', '-')} must be a positive effect size w, got {getattr(args, name)}")
+    if args.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    if args.tolerance is not None and not 0 <= args.tolerance < float("inf"):
+        raise UsageError(f"--tolerance must be a logit margin >= 0, got {args.tolerance}")
+    if args.json:
+        check_writable(Path(args.json), "--json")
     return levels
 
 
