@@ -90,6 +90,22 @@ def check_executor_args(executor: str, workers: int | None, address: str | None)
             raise UsageError("--executor ray needs Ray: pip install \".[ray]\" (or pip install ray)")
 
 
+def load_target(cls, request: EngineRequest, dtype: str, options):
+    """``cls.load`` of the requested model; a user's checkpoint that transformers cannot read (a config
+    that is not JSON, weights missing or torn) is one line, not transformers' traceback."""
+    from safetensors import SafetensorError
+    try:
+        return cls.load(request.model, dtype, request.device, options)
+    except UsageError:
+        raise
+    except (OSError, ValueError, SafetensorError) as exc:
+        if request.model is None:  # the embedded model: a fault of ours or of the machine, shown whole
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise UsageError(f"model '{request.model}' cannot be loaded ({type(exc).__name__}: {first[:160]}); give a "
+                         "complete local checkpoint: config.json, tokenizer files and *.safetensors weights") from None
+
+
 class Session:
     """The machine set up once: torch threads, engine options, the engine configuration, the target
     (loaded, compiled), and the plugin registry. Owns the target; builds methods on it."""
@@ -105,7 +121,7 @@ class Session:
         torch.set_num_threads(self.threads)
         self.options = options or EngineOptions.from_env()
         self.registry = registry or build_registry(plugins)
-        load = lambda dtype: TargetModel.load(request.model, dtype, request.device, self.options)  # noqa: E731
+        load = lambda dtype: load_target(TargetModel, request, dtype, self.options)  # noqa: E731
         if request.engine == "quick":  # seconds: the faster eager dtype, its target already loaded
             config, target = engine_choice.quick(request.dtype, load, log=lambda s: print(s, file=sys.stderr))
             print(f"engine: quick: {config.dtype} eager; {engine_choice.NOT_COMPARABLE}", file=sys.stderr)

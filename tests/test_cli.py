@@ -114,6 +114,17 @@ def test_a_gguf_file_that_is_not_gguf(capsys, tmp_path):
     assert f"'{fake}' cannot be read as a GGUF model" in err
 
 
+def test_a_checkpoint_transformers_cannot_read_is_one_line(capsys, tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    assert "cannot be loaded (OSError: " in error_line(capsys, ["run", "--model", str(tmp_path), *QUICK])
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 100}))
+    (tmp_path / "model.safetensors").write_bytes(b"xx")  # torn weights
+    err = error_line(capsys, ["run", "--model", str(tmp_path), *QUICK])
+    assert "cannot be loaded (SafetensorError: " in err and "give a complete local checkpoint" in err
+
+
 def test_unsupported_architecture(capsys, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     assert "supported families: llama, mistral, qwen2" in error_line(capsys, ["run", "--model", str(tmp_path)])
