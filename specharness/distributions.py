@@ -83,7 +83,10 @@ def power(n: int, df: int, w: float, alpha: float) -> float:
     return float(ncx2.sf(chi2.ppf(1 - alpha, df), df, n * w * w))
 
 
-def samples_for_power(probs: dict[Any, float], w: float, alpha: float, target: float = 0.9,
+POWER_GOAL = 0.9  # the power a sampling check's N is chosen for against its effect size
+
+
+def samples_for_power(probs: dict[Any, float], w: float, alpha: float, target: float = POWER_GOAL,
                       n_min: int = 200, n_max: int = 200_000) -> tuple[int, int, float]:
     """Smallest N (pooling included) with power >= target; returns (N, df, power)."""
     n = n_min

@@ -132,6 +132,13 @@ def test_suite_fails_the_broken_verifier(tmp_path, capsys):
     assert "divergence: question" in out and "-> BUG" in out and "lossless random-draft: FAIL" in out
 
 
+def test_a_pass_on_too_few_samples_says_its_power_is_too_low(tmp_path, capsys):
+    rc, rep = run_cli(["--method", "pld", "--levels", "a", "--samples-a", "10"], tmp_path)
+    assert rc == 0 and rep["levels"]["a"]["power"] < 0.9
+    out = capsys.readouterr().out
+    assert "note: (a) at power 0." in out and "drop --samples-X" in out and "lossless pld: PASS" in out
+
+
 def test_vanilla_passes_level_a(tmp_path):
     rc, rep = run_cli(["--method", "vanilla", "--levels", "a", "--effect-a", "0.3", "--samples-a", "300"], tmp_path)
     assert rc == 0 and rep["levels"]["a"]["samples"] == 300

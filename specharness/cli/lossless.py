@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import identity
 from .. import lossless as checks
+from ..distributions import POWER_GOAL
 from ..errors import UsageError
 from ..results import check_writable
 from ..runner import build_method
@@ -261,6 +262,13 @@ def cmd_lossless(args) -> int:
         failed |= not r["passed"]
 
     report["passed"] = not failed
+    # a sample size the user set below what the level's effect size needs: its PASS says little
+    weak = [f"({lv}) at power {r.get('power', r.get('power_first_token', 1.0)):.2f}" for lv, r in report["levels"].items()
+            if lv in ("a", "b", "c") and getattr(args, f"samples_{lv}") is not None
+            and r.get("power", r.get("power_first_token", 1.0)) < POWER_GOAL]
+    if weak and not failed:
+        print(f"  note: {', '.join(weak)} < {POWER_GOAL}: too few samples for the checks to catch a sampler off by "
+              "their effect sizes; drop --samples-X (each level then picks N for power)")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(report, fh, indent=1, default=str)
