@@ -190,14 +190,11 @@ def iter_result_files(directory: Path) -> Iterator[Path]:
         yield from sorted(p for p in directory.glob("*.jsonl") if meta_path(p).is_file())
 
 
-def merge_compared(meta: dict[str, Any], beside: list[str] | None) -> dict[str, Any]:
+def merge_compared(compared: list[str], beside: list[str]) -> list[str]:
     """A file's ``compared_with`` once a record timed beside ``beside`` joins it: the methods timed
     beside every record (vanilla only if each was interleaved with it, so a ratio that spans runs
-    says so); a header without the field says nothing and stays so."""
-    if "compared_with" not in meta:
-        return meta
-    mine = set(beside or [])
-    return {**meta, "compared_with": [m for m in meta["compared_with"] or [] if m in mine]}
+    says so)."""
+    return [m for m in compared if m in beside]
 
 
 class ResultWriter:
@@ -244,12 +241,12 @@ class ResultWriter:
         self._write_meta()
 
     def append(self, result: QuestionResult) -> None:
-        # a method whose file already held this question did not run it beside this one
-        merged = merge_compared(self.meta, [m for m in self._compared
-                                            if result.question_id not in self.held_beside.get(m, ())])
-        if merged != self.meta:
-            self.meta = merged
-            self._write_meta()
+        if self.meta.get("compared_with") is not None:  # older headers do not say, and stay so
+            # a method whose file already held this question did not run it beside this one
+            beside = [m for m in self._compared if result.question_id not in self.held_beside.get(m, ())]
+            kept = merge_compared(self.meta["compared_with"], beside)
+            if kept != self.meta["compared_with"]:
+                self.update_meta(compared_with=kept)
         self._fh.write(json.dumps(question_record(result, self.meta)) + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())

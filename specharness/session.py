@@ -90,12 +90,13 @@ def check_executor_args(executor: str, workers: int | None, address: str | None)
             raise UsageError("--executor ray needs Ray: pip install \".[ray]\" (or pip install ray)")
 
 
-def load_target(cls, request: EngineRequest, dtype: str, options):
-    """``cls.load`` of the requested model; a user's checkpoint that transformers cannot read (a config
-    that is not JSON, weights missing or torn) is one line, not transformers' traceback."""
+def load_target(request: EngineRequest, dtype: str, options: EngineOptions):
+    """The requested model, loaded; a user's checkpoint that transformers cannot read (a config that
+    is not JSON, weights missing or torn) is one line, not transformers' traceback."""
     from safetensors import SafetensorError
+    from .model import TargetModel
     try:
-        return cls.load(request.model, dtype, request.device, options)
+        return TargetModel.load(request.model, dtype, request.device, options)
     except UsageError:
         raise
     except (OSError, ValueError, SafetensorError) as exc:
@@ -114,14 +115,14 @@ class Session:
                  options: EngineOptions | None = None) -> None:
         import torch
 
-        from .model import TargetModel, engine_choice
+        from .model import engine_choice
         check_engine(request)
         self.request = request
         self.threads = check_threads(request.threads)
         torch.set_num_threads(self.threads)
         self.options = options or EngineOptions.from_env()
         self.registry = registry or build_registry(plugins)
-        load = lambda dtype: load_target(TargetModel, request, dtype, self.options)  # noqa: E731
+        load = lambda dtype: load_target(request, dtype, self.options)  # noqa: E731
         if request.engine == "quick":  # seconds: the faster eager dtype, its target already loaded
             config, target = engine_choice.quick(request.dtype, load, log=lambda s: print(s, file=sys.stderr))
             print(f"engine: quick: {config.dtype} eager; {engine_choice.NOT_COMPARABLE}", file=sys.stderr)

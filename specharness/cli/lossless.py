@@ -263,9 +263,9 @@ def cmd_lossless(args) -> int:
 
     report["passed"] = not failed
     # a sample size the user set below what the level's effect size needs: its PASS says little
-    weak = [f"({lv}) at power {r.get('power', r.get('power_first_token', 1.0)):.2f}" for lv, r in report["levels"].items()
-            if lv in ("a", "b", "c") and getattr(args, f"samples_{lv}") is not None
-            and r.get("power", r.get("power_first_token", 1.0)) < POWER_GOAL]
+    powers = {lv: r.get("power", r.get("power_first_token")) for lv, r in report["levels"].items()
+              if lv in ("a", "b", "c") and getattr(args, f"samples_{lv}") is not None}
+    weak = [f"({lv}) at power {pw:.2f}" for lv, pw in powers.items() if pw < POWER_GOAL]
     if weak and not failed:
         print(f"  note: {', '.join(weak)} < {POWER_GOAL}: too few samples for the checks to catch a sampler off by "
               "their effect sizes; drop --samples-X (each level then picks N for power)")
