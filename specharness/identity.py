@@ -424,6 +424,19 @@ def classify(margin: float, tolerance: float, method_token: int | None, top1: in
     return "near-tie" if method_token != theirs and near(method_token) and near(theirs) else "bug"
 
 
+def _check_certifiable(directory: Path, runs: list) -> None:
+    """One line when no file in ``directory`` can be certified, saying what it holds instead: a
+    PASS over zero files would read as a certified benchmark."""
+    if any(not r.is_vanilla and r.baseline is not None and r.temperature == 0 for r in runs):
+        return
+    kinds = {"vanilla": sum(r.is_vanilla for r in runs),
+             "sampled (temperature > 0)": sum(not r.is_vanilla and r.temperature != 0 for r in runs),
+             "greedy without a vanilla file beside it": sum(not r.is_vanilla and r.temperature == 0 for r in runs)}
+    held = ", ".join(f"{n} {k}" for k, n in kinds.items() if n) or "no result file"
+    raise UsageError(f"--certify: nothing to certify in '{directory}' ({held}); it checks greedy method files "
+                     "against vanilla's on the same questions: run vanilla into that folder too")
+
+
 def certify(directory: Path, bench_file: str | None = None, log=print, legacy: bool = True) -> dict:
     """Every greedy result file in ``directory`` against its vanilla baseline, turn by turn, as the
     benchmark ran them: each turn up to its first divergence, which is certified a near-tie by the
@@ -434,6 +447,7 @@ def certify(directory: Path, bench_file: str | None = None, log=print, legacy: b
     from .report.runs import select_runs
     from .tasks.specbench import find_question_file, load_questions, sha256_of
     runs = select_runs([directory])
+    _check_certifiable(directory, runs)
     out, targets = {}, {}
     for r in sorted(runs, key=lambda r: r.label):
         if r.is_vanilla or r.baseline is None or r.temperature != 0:

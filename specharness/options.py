@@ -76,10 +76,23 @@ def method_variants(labels: list[str], raw: list[str]) -> dict[str, tuple[str, l
     """Each label's method and options: ``NAME[:KEY=VALUE...]`` in the list, plus -o values given
     as METHOD.KEY=VALUE (or plain KEY=VALUE when a single method runs)."""
     out = {label: (label.split(":")[0], label.split(":")[1:]) for label in labels}
+    for label, (name, inline) in out.items():
+        bare = next((o for o in inline if "=" not in o), None)
+        if bare is not None:
+            raise UsageError(f"'{label}' in --methods: '{bare}' is not KEY=VALUE; write {name}:KEY=VALUE "
+                             "('specharness list' names its options)")
     for item in raw:
         owner = max((lb for lb in labels if item.startswith(lb + ".")), key=len, default=None)
+        named = item.split("=", 1)[0].rpartition(".")[0]  # "kangaroo" in kangaroo.eta=0.3
         if owner:  # the longest label wins, so a label holding "eta=0.3" is not split at its dot
             out[owner][1].append(item[len(owner) + 1:])
+        elif named and any(lb.split(":")[0] == named for lb in labels):
+            label = next(lb for lb in labels if lb.split(":")[0] == named)
+            raise UsageError(f"option '{item}': '{named}' runs as '{label}'; write {label}.KEY=VALUE, or put the "
+                             f"option in the label ({label}:KEY=VALUE)")
+        elif named:
+            raise UsageError(f"option '{item}' is for '{named}', which is not among the methods run "
+                             f"({', '.join(labels)}); add it to them or leave the option out")
         elif len(labels) == 1:
             out[labels[0]][1].append(item)
         else:

@@ -61,10 +61,15 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def check_threads(threads: int | None) -> int:
-    """The thread count to use, or one line saying why ``threads`` cannot be."""
+def check_threads(threads: int | None, here: bool = True) -> int:
+    """The thread count to use, or one line saying why ``threads`` cannot be. ``here``: the threads
+    run on this machine, so more than its cores is refused (a Ray cluster's workers may have more)."""
     if threads is not None and threads < 1:
         raise UsageError(f"--threads must be at least 1, got {threads}; leave it out to use every core")
+    machine = os.cpu_count() or 1
+    if here and threads is not None and threads > machine:  # oversubscribed threads spin-wait: the timings mean nothing
+        raise UsageError(f"--threads {threads} is more than this machine's {machine} cores; give at most {machine} "
+                         "(or leave it out to use the cores this process may run on)")
     return threads or usable_cores()
 
 
@@ -118,7 +123,7 @@ class Session:
         from .model import engine_choice
         check_engine(request)
         self.request = request
-        self.threads = check_threads(request.threads)
+        self.threads = check_threads(request.threads, here=False)  # the command checked it, knowing where it runs
         torch.set_num_threads(self.threads)
         self.options = options or EngineOptions.from_env()
         self.registry = registry or build_registry(plugins)
@@ -202,7 +207,7 @@ class RunPlan:
         from .results import check_writable
         check_settings(settings)
         check_executor_args(outputs.get("executor", "local"), outputs.get("workers"), outputs.get("address"))
-        check_threads(engine.threads)
+        check_threads(engine.threads, here=outputs.get("executor", "local") == "local")
         check_engine(engine)
         if not methods:
             raise UsageError("--methods names no method; e.g. --methods vanilla,kangaroo")

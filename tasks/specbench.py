@@ -64,6 +64,10 @@ def find_question_file(explicit: str | None = None, bench: str | None = None) ->
     env = os.environ.get("SPECHARNESS_SPECBENCH")
     if explicit or (env and bench is None):
         path, origin = (explicit, "--bench-file") if explicit else (env, "$SPECHARNESS_SPECBENCH")
+        if Path(path).is_dir():
+            inside = " (it holds question.jsonl)" if (Path(path) / "question.jsonl").is_file() else ""
+            raise UsageError(f"question file '{path}' (from {origin}) is a folder{inside}; give the path of the "
+                             "question.jsonl file itself")
         if not Path(path).is_file():
             raise UsageError(f"question file '{path}' (from {origin}) does not exist; give the path of "
                              "Spec-Bench's question.jsonl, or --bench spec-bench to download it")
@@ -137,6 +141,8 @@ def load_questions(path: Path | str) -> list[Question]:
             qid, category, turns = d["question_id"], d["category"], d["turns"]
             if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
                 raise ValueError("'turns' must be a non-empty list of strings")
+            if not all(t.strip() for t in turns):  # an empty user turn is a broken file, not a prompt
+                raise ValueError(f"turn {next(i for i, t in enumerate(turns, 1) if not t.strip())} is empty")
         except (json.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
             reason = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc).split("\n")[0]
             raise UsageError(f"{path}:{n}: malformed question ({reason}); each line must be JSON "

@@ -55,13 +55,22 @@ def error_line(capsys, argv) -> str:
     (["compare", "--methods", "vanilla,vanilla"], "listed twice"),
     (["compare", "--methods", "vanilla,hf-generate", "-o", "k=1"], "does not name its method"),
     (["train", "nope"], "unknown trainer 'nope'"),
-    (["profile", "-o", "nope.trials=2"], "does not name its method"),
+    (["profile", "-o", "nope.trials=2"], "option 'nope.trials=2' is for 'nope', which is not among the methods run"),
+    (["compare", "--methods", "vanilla,pld", "-o", "kangaroo.eta=0.3"], "is for 'kangaroo', which is not among"),
+    (["run", "--method", "pld", "-o", "kangaroo.eta=0.3"], "is for 'kangaroo', which is not among the methods run"),
+    (["compare", "--methods", "vanilla,kangaroo:eta=0.3", "-o", "kangaroo.gamma=4"],
+     "'kangaroo' runs as 'kangaroo:eta=0.3'; write kangaroo:eta=0.3.KEY=VALUE"),
+    (["compare", "--methods", "vanilla,pld:k"], "'pld:k' in --methods: 'k' is not KEY=VALUE; write pld:KEY=VALUE"),
+    (["run", "--bench-file", "/tmp"], "question file '/tmp' (from --bench-file) is a folder"),
     (["profile", "-o", "self-spec.trial=2"], "method 'self-spec' has no option 'trial'"),
     (["profile", "--methods", "vanilla,nope"], "--methods: no method 'nope'"),
     (["profile", "--variant", "nope:k=1"], "--variant 'nope:k=1': no method 'nope'"),
     (["profile", "--methods", "pld", "-o", "sam.k=2"], "method 'sam' is not profiled; add it to --methods"),
     (["profile", "--passes", "0"], "--passes 0: at least one pass over the drafters"),
     (["run", "--threads", "0"], "--threads must be at least 1, got 0"),
+    (["run", "--threads", "100000"], "--threads 100000 is more than this machine's"),
+    (["lossless", "--method", "pld", "--threads", "100000"], "--threads 100000 is more than this machine's"),
+    (["train", "kangaroo", "--threads", "100000"], "--threads 100000 is more than this machine's"),
     (["run", "--engine", "quick", "--compile", "default"], "--engine quick compiles nothing"),
     (["compare", "--engine", "fast"], "argument --engine: invalid choice: 'fast'"),
     (["run", "--out", "/proc/nope/x.jsonl"], "cannot write results to '/proc/nope/x.jsonl'"),
@@ -103,6 +112,8 @@ def test_malformed_question_file_names_the_line(capsys, tmp_path):
     qf = tmp_path / "q.jsonl"
     qf.write_text('{"question_id": 1, "category": "qa", "turns": ["hi"]}\n{"question_id": 2, "turns": \n')
     assert f"{qf}:2: malformed question" in error_line(capsys, ["run", "--bench-file", str(qf)])
+    qf.write_text('{"question_id": 1, "category": "qa", "turns": ["hi", " "]}\n')
+    assert f"{qf}:1: malformed question (turn 2 is empty)" in error_line(capsys, ["run", "--bench-file", str(qf)])
     qf.write_text('{"question_id": 1, "category": "poetry", "turns": ["hi"]}\n')
     assert "unknown category 'poetry'" in error_line(capsys, ["run", "--bench-file", str(qf)])
 

@@ -101,7 +101,10 @@ def test_bad_arguments_are_one_line(capsys, tmp_path):
     assert "unknown --device" in _one_line_error(capsys, ["gpu-check", "--device", "tpu", *out])
     if not torch.cuda.is_available():
         assert "no CUDA device" in _one_line_error(capsys, ["gpu-check", *out])
+    if not torch.cuda.is_available():  # a wrong argument is named before the missing GPU
+        assert "unknown stage 'nope'" in _one_line_error(capsys, ["gpu-check", *out, "--stages", "nope"])
     cpu = ["--device", "cpu", *out]
+    assert "more than this machine's" in _one_line_error(capsys, ["gpu-check", *cpu, "--threads", "100000"])
     assert "--budget" in _one_line_error(capsys, ["gpu-check", *cpu, "--budget", "0"])
     assert "nosuch" in _one_line_error(capsys, ["gpu-check", *cpu, "--methods", "vanilla,nosuch"])
     assert "does not exist" in _one_line_error(capsys, ["gpu-check", *cpu, "--model", str(tmp_path / "no.gguf")])

@@ -199,3 +199,14 @@ def test_certify_judges_each_file_against_its_vanilla_and_names_what_it_cannot_c
     assert certified["file"] == pld.name  # how the report finds it, whatever the labels become
     [bug] = certified["mismatches"]
     assert (bug["position"], bug["method_token"], bug["kind"]) == (2, ids[2], "bug") and bug["method_gap"] > 1e-4
+
+    # without vanilla beside it nothing can be certified: one line saying so, not "0 file(s) -> PASS"
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    for f in out.glob("pld-*"):
+        (lone / f.name).write_bytes(f.read_bytes())
+    capsys.readouterr()
+    assert main(["lossless", "--certify", str(lone)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "nothing to certify" in err and "1 greedy without a vanilla file beside it" in err and "\n" not in err
+    assert not (lone / "identity_certified.json").exists()

@@ -87,7 +87,7 @@ def test_own_head_refuses_another_draft_vocab(tiny, tmp_path):
     assert "\n" not in str(e.value)
 
 
-def test_trainer_variants_train_save_and_load(tiny, tmp_path):
+def test_trainer_variants_train_save_and_load(tiny, tmp_path, monkeypatch):
     from specharness.methods.kangaroo import train as kt
     from specharness.options import resolve_options
     from test_medusa import write_selfdistill_data
@@ -112,7 +112,12 @@ def test_trainer_variants_train_save_and_load(tiny, tmp_path):
     # fine-tuning starts from that adapter's weights: its untrained score is the first run's final one
     again = kt.run(tiny, {**opts, "init": str(tmp_path / "ad"), "epochs": 1}, tmp_path / "ad2", False)
     assert again["untrained_held_out_top1_agreement"] == report["held_out_top1_agreement"]
-    for init, match in ((str(tmp_path / "ad"), "ffn=True"), ("shipped", "no adapter ships")):
+    def no_data(*a, **k):
+        raise AssertionError("a wrong init must fail before the data is read or generated")
+
+    monkeypatch.setattr(kt.sd, "load_or_generate", no_data)
+    for init, match in ((str(tmp_path / "ad"), "ffn=True"), ("shipped", "no adapter ships"),
+                        (str(tmp_path / "missing"), "does not exist")):
         with pytest.raises(UsageError, match=match) as e:
             kt.run(tiny, {**opts, "init": init, "ffn": False}, tmp_path / "ad3", False)
         assert "\n" not in str(e.value)

@@ -128,24 +128,33 @@ def _evaluate(target, adapter, batches, indices, rows, subset) -> dict:
             "top1_own_prefix": after_hit / max(after, 1)}
 
 
-def _initial_adapter(target: TargetModel, l: int, options: dict, own) -> Adapter:
-    """The adapter training starts from (``init``), in float32 for training."""
+def _checkpoint_to_tune(target: TargetModel, l: int, options: dict) -> Adapter | None:
+    """The checkpoint ``init`` names (None for 'layer' and 'random'), loaded and matched to the options
+    before the minutes of data generation, so a wrong path or a checkpoint of another shape fails at once."""
     init = options["init"]
-    if init == "layer":
+    if init in ("layer", "random"):
+        return None
+    path = shipped_adapter_dir(target, l) if init == "shipped" else Path(init).expanduser()
+    if init == "shipped" and not path.is_dir():
+        raise UsageError(f"option kangaroo.init=shipped: no adapter ships for '{target.name}' at exit_layer {l}; "
+                         "use init=layer")
+    adapter = load_adapter(path, target, l)[0]
+    rows = 0 if options["head"] == "shared" else (options["draft_vocab"] or target.vocab_size)  # as _n_rows counts
+    if adapter.ffn != options["ffn"] or adapter.own_head_rows != rows:
+        raise UsageError(f"option kangaroo.init={init}: that adapter (ffn={adapter.ffn}, own head rows "
+                         f"{adapter.own_head_rows}) differs from the options (ffn={options['ffn']}, own head rows "
+                         f"{rows}); match -o ffn, -o head and -o draft_vocab to it")
+    return adapter
+
+
+def _initial_adapter(target: TargetModel, l: int, options: dict, own, tuned: Adapter | None) -> Adapter:
+    """The adapter training starts from (``init``; ``tuned`` when it names a checkpoint), in float32."""
+    if tuned is not None:
+        adapter = tuned
+    elif options["init"] == "layer":
         adapter = Adapter.from_target_layer(target, l, ffn=options["ffn"], head_rows=own)
-    elif init == "random":
+    else:
         adapter = Adapter.for_target(target, seed=options["seed"], ffn=options["ffn"], head_rows=own)
-    else:  # fine-tune a checkpoint
-        path = shipped_adapter_dir(target, l) if init == "shipped" else Path(init).expanduser()
-        if init == "shipped" and not path.is_dir():
-            raise UsageError(f"option kangaroo.init=shipped: no adapter ships for '{target.name}' at exit_layer {l}; "
-                             "use init=layer")
-        adapter = load_adapter(path, target, l)[0]
-        rows = Adapter._n_rows(target, own)
-        if adapter.ffn != options["ffn"] or adapter.own_head_rows != rows:
-            raise UsageError(f"option kangaroo.init={init}: that adapter (ffn={adapter.ffn}, own head rows "
-                             f"{adapter.own_head_rows}) differs from the options (ffn={options['ffn']}, own head rows "
-                             f"{rows}); match -o ffn, -o head and -o draft_vocab to it")
     return adapter.float() if target.dtype != torch.float32 else adapter
 
 
@@ -159,6 +168,7 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
                          f"({target.vocab_size}); use 0 for the full head")
     variant = ("-ffn" if options["ffn"] else "") + ("-ownhead" if options["head"] == "own" else "")
     out = Path(out_dir) if out_dir else cache_root() / "adapters" / "kangaroo" / f"{model_slug(target.name)}-l{l}{variant}"
+    tuned = _checkpoint_to_tune(target, l, options)
     state_file = training.claim_out_dir(out, resume)
     started = time.perf_counter()
 
@@ -181,7 +191,7 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
     own = None
     if options["head"] == "own":  # its rows: the draft vocabulary (empty = every token)
         own = rows.cpu() if rows is not None else torch.empty(0, dtype=torch.long)
-    adapter = _initial_adapter(target, l, options, own)
+    adapter = _initial_adapter(target, l, options, own, tuned)
     opt, sched, total_steps = training.adamw_cosine(adapter.parameters(), options, len(train_idx))
     batches = _Batches(feats, rows, target.vocab_size, target.device)
     baseline = _evaluate(target, adapter, batches, held_idx, rows, subset)  # untrained: ~raw early exit

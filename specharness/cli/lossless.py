@@ -112,8 +112,8 @@ def _check_args(args) -> list[str]:
     for name in ("samples_a", "samples_b", "samples_c", "max_samples_b"):
         if getattr(args, name) is not None and getattr(args, name) < 10:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 10")
-    if args.threads is not None and args.threads < 1:
-        raise UsageError(f"--threads must be at least 1, got {args.threads}")
+    from ..session import check_threads
+    check_threads(args.threads)
     for name in ("effect_a", "effect_b", "effect_c"):  # w = 0 would need infinite samples
         if not 0 < getattr(args, name) < float("inf"):
             raise UsageError(f"--{name.replace('_', '-')} must be a positive effect size w, got {getattr(args, name)}")
@@ -179,7 +179,8 @@ def cmd_lossless(args) -> int:
         if not Path(args.certify).is_dir():
             raise UsageError(f"--certify: '{args.certify}' is not a directory of result files")
         if args.threads:
-            torch.set_num_threads(args.threads)
+            from ..session import check_threads
+            torch.set_num_threads(check_threads(args.threads))
         results = identity.certify(Path(args.certify), args.bench_file)
         bugs = sum(r["bug"] for r in results.values())
         total = lambda key: sum(r[key] for r in results.values())  # noqa: E731
