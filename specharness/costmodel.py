@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .errors import UsageError, exception_line
 from .records import QuestionRecord, TurnRounds
 
 DEFAULT_BUCKETS = (1, 8, 16, 32, 64)  # a profile that does not say which buckets it ran with
@@ -78,7 +79,16 @@ class Profile:
 
     @classmethod
     def load(cls, path: str | Path) -> "Profile":
-        return cls(json.loads(Path(path).read_text()))
+        """A profile.json, or one line saying why the file is not one."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise UsageError(f"profile '{path}' cannot be read ({exception_line(exc)}); give the profile.json "
+                             "that 'python -m specharness profile' wrote") from None
+        if not isinstance(data, dict) or not isinstance(data.get("configs"), list):
+            raise UsageError(f"profile '{path}' is not a specharness profile (no 'configs' list); give the "
+                             "profile.json that 'python -m specharness profile' wrote")
+        return cls(data)
 
     def config(self, dtype: str, compile_mode: str) -> dict | None:
         return next((c for c in self.data["configs"] if c["dtype"] == dtype and c["compile"] == (compile_mode or "none")),

@@ -26,7 +26,7 @@ from typing import Callable
 
 from .compile_progress import CompileProgress
 from .engine_options import EngineOptions
-from .errors import UsageError
+from .errors import CodeFailed, UsageError
 from .outputs import ResultFiles
 from .records import QuestionResult
 from .session import RunPlan, Session
@@ -183,9 +183,12 @@ def execute(plan: RunPlan, session: Session) -> int:
     except KeyboardInterrupt:
         bar.close()
         files.close()
-        print(f"\ninterrupted: finished questions are saved in {', '.join(str(p) for p in files.paths)}; rerun the "
-              "same command with --resume to continue", file=sys.stderr)
+        print(f"\ninterrupted: {files.kept()}", file=sys.stderr)
         return 130
+    except CodeFailed as exc:  # a method's code raised mid-run: what is finished stays, and how to go on
+        bar.close()
+        files.close()
+        raise UsageError(f"{exc}; {files.kept()}") from None
     except UsageError:  # mid-run (a question past the retry cap): the bar ends its line, so the error has its own
         bar.close()
         files.close()

@@ -44,8 +44,8 @@ class OptionSpec:
                 raise UsageError(f"option {method}.{self.name} must be {self.type}, got '{raw}'") from None
         if value is None:
             return value
-        if value != value:  # nan passes every range check
-            raise UsageError(f"option {method}.{self.name} must be a number, got '{raw}'")
+        if value != value or value in (float("inf"), float("-inf")):  # nan passes every range check, inf the open ones
+            raise UsageError(f"option {method}.{self.name} must be a finite number, got '{raw}'")
         if self.choices and value not in self.choices:
             raise UsageError(f"option {method}.{self.name}={raw} is not {self.describe_range()}")
         if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
@@ -91,8 +91,8 @@ def method_variants(labels: list[str], raw: list[str]) -> dict[str, tuple[str, l
             raise UsageError(f"option '{item}': '{named}' runs as '{label}'; write {label}.KEY=VALUE, or put the "
                              f"option in the label ({label}:KEY=VALUE)")
         elif named:
-            raise UsageError(f"option '{item}' is for '{named}', which is not among the methods run "
-                             f"({', '.join(labels)}); add it to them or leave the option out")
+            raise UsageError(f"option '{item}' names '{named}', which is not among the methods run "
+                             f"({', '.join(labels)}); name one of them, or add '{named}' to the methods")
         elif len(labels) == 1:
             out[labels[0]][1].append(item)
         else:

@@ -136,6 +136,13 @@ class ResultFiles:
             w.held_beside = {other: ids for other, ids in held.items() if other != label}
         return cls(methods, writers, summary_paths, session.hardware())
 
+    def kept(self) -> str:
+        """What an interrupted or failed run leaves, and how to go on from it."""
+        if not any(w.done for w in self.writers.values()):
+            return "no question had finished, so nothing was kept; rerun the same command to start again"
+        return (f"finished questions are saved in {', '.join(str(p) for p in self.paths)}; rerun the same command "
+                "with --resume to continue")
+
     def pending(self, questions: list) -> int:
         """Answers still to run: (question, method) pairs no file holds yet."""
         return sum(q.question_id not in self.writers[m.label].done for q in questions for m in self.methods)

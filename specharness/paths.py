@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .errors import UsageError
+
 
 def model_slug(name: str) -> str:
     """A model name as a file-name part (trained drafters and searches are cached per model)."""
@@ -26,5 +28,14 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def cache_root() -> Path:
-    """$SPECHARNESS_CACHE, else ~/.cache/specharness."""
-    return Path(os.environ.get("SPECHARNESS_CACHE", Path.home() / ".cache" / "specharness"))
+    """$SPECHARNESS_CACHE, else ~/.cache/specharness; one line when it cannot be a folder (it would
+    surface later as a model or kernel that cannot be loaded)."""
+    given = os.environ.get("SPECHARNESS_CACHE")
+    root = Path(given or Path.home() / ".cache" / "specharness")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        where = f"$SPECHARNESS_CACHE '{given}'" if given else f"the cache folder '{root}'"
+        raise UsageError(f"{where} cannot be a folder ({exc.strerror or exc}); point $SPECHARNESS_CACHE at a "
+                         "writable folder") from None
+    return root

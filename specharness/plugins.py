@@ -113,6 +113,20 @@ def check_hooks(pm: pluggy.PluginManager) -> None:
         raise UsageError(f"{exc}; the hooks are: {known}") from None
 
 
+def register_plugins(pm: pluggy.PluginManager, plugins: list[str] | tuple) -> None:
+    """``--plugin`` modules registered, each required to implement a hook (a file that adds nothing
+    is a mistake: a misnamed function, a missing @hookimpl), then every hook name checked."""
+    for ref in plugins:
+        module = load_plugin(ref)
+        if pm.is_registered(module):
+            continue
+        pm.register(module, name=f"plugin:{ref}")
+        if not pm.get_hookcallers(module):
+            raise UsageError(f"plugin '{ref}' implements no specharness hook; decorate its functions with "
+                             "@hookimpl (from specharness.hookspecs) and name them after a hook")
+    check_hooks(pm)
+
+
 def _with_budget(spec: DrafterSpec) -> DrafterSpec:
     """A sizable drafter gains the engine's option ``budget`` (``specharness.budget``); its own ``build``,
     ``params`` and ``info`` never see it (they may check their options against their own list)."""
@@ -140,11 +154,7 @@ def build_registry(plugins: list[str] | tuple = ()) -> Registry:
     if not pm.get_plugins():
         raise UsageError("no methods are registered: the package's entry points are missing; install it with "
                          "'pip install -e .' from the repository")
-    for ref in plugins:
-        module = load_plugin(ref)
-        if not pm.is_registered(module):
-            pm.register(module, name=f"plugin:{ref}")
-    check_hooks(pm)
+    register_plugins(pm, plugins)
     drafters = {name: _with_budget(spec) for name, spec in _collect(pm.hook.specharness_drafters(), "method").items()}
     decoders = _collect(pm.hook.specharness_decoders(), "method")
     clash = set(drafters) & set(decoders)

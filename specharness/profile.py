@@ -427,6 +427,9 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
     rooflines = result["rooflines"] = {}
     for dtype, mode in configs:
         target = settled(Session(EngineRequest(model, dtype, mode, device, threads), registry=registry).target)
+        if max(contexts) + max(widths) > target.max_context or max(prefills) > target.max_context:
+            raise UsageError(f"--contexts {max(contexts)} + --widths {max(widths)} (or --prefills {max(prefills)}) "
+                             f"positions exceed the {target.max_context} that '{target.name}' holds; give smaller ones")
         if dtype not in rooflines:
             nbytes = weight_bytes(target)
             rooflines[dtype] = {"weight_bytes": nbytes, "ms": 1e3 * nbytes / gbs / 1e9}
@@ -465,6 +468,7 @@ def run_profile(model: str, device: str, threads: int, configs: list[tuple[str, 
         "model": model, "device": device, "threads": threads, "chosen": result["chosen"],
         "candidates": [{"dtype": r["dtype"], "compile": r["compile"], "step_ms": step(r)} for r in result["configs"]],
         "measured": result["created"], "by": "specharness profile"})
+    save(result, out)  # with its choice: an interrupted drafter part leaves a profile --drafters-only can finish
     log(f"profile: fastest vanilla step: {best['dtype']} / {best['compile']} ({step(best):.1f} ms); recorded as "
         "this machine's default")
     if drafters:

@@ -92,6 +92,14 @@ class TurnRounds:
         return (self.draft_s[i] + self.verify_s[i] + self.accept_s[i]) if self.timed else 0.0
 
 
+def _numbers(choice: dict, key: str) -> list:
+    """``choice[key]``, a list of numbers per turn (a TypeError, which a reader reports, otherwise)."""
+    xs = choice[key]
+    if not isinstance(xs, list) or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in xs):
+        raise TypeError(f"its '{key}' is {str(xs)[:40]}, not a list of numbers")
+    return xs
+
+
 @dataclass(frozen=True)
 class QuestionRecord:
     """One line of a result file: a question under one method, every turn."""
@@ -115,8 +123,8 @@ class QuestionRecord:
     def from_json(cls, d: dict[str, Any]) -> "QuestionRecord":
         ch = d["choices"][0]
         return cls(d["question_id"], d.get("subtask", d.get("category", "")), d.get("category", ""),
-                   d.get("method", ""), ch.get("turns", []), ch.get("token_ids", []), ch["new_tokens"],
-                   ch["wall_time"], ch.get("wall_time_repeats") or [], [TurnRounds.from_json(t) for t in ch["rounds"]],
+                   d.get("method", ""), ch.get("turns", []), ch.get("token_ids", []), _numbers(ch, "new_tokens"),
+                   _numbers(ch, "wall_time"), ch.get("wall_time_repeats") or [], [TurnRounds.from_json(t) for t in ch["rounds"]],
                    ch.get("stop", []), d.get("truncated", []), d.get("seed", 0), d.get("worker"))
 
     def only_turns(self, keep: set[int]) -> "QuestionRecord":

@@ -43,6 +43,9 @@ def check_writable(path: Path, flag: str = "--out") -> None:
     if path.is_dir():
         example = path / ("report.json" if flag == "--json" else "results.jsonl")
         raise UsageError(f"{flag} '{path}' is a folder; name a file in it (e.g. {example})")
+    blocked = next((p for p in path.parents if p.is_file()), None)
+    if blocked is not None:
+        raise UsageError(f"cannot write results to '{path}': '{blocked}' is a file, not a folder; choose another {flag}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         probe = path.with_name(f".{path.name}.probe")
@@ -51,6 +54,20 @@ def check_writable(path: Path, flag: str = "--out") -> None:
     except OSError as exc:
         raise UsageError(f"cannot write results to '{path}' ({exc.strerror or exc}); choose a writable "
                          f"{flag}{' / --out-dir' if flag == '--out' else ''}") from None
+
+
+def check_folder(path: Path, flag: str = "--out") -> Path:
+    """A folder a command writes into, made now if need be, or one line saying why it cannot be."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{flag} '{path}' is a file; this writes a folder: name a new one")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"cannot write into {flag} '{path}' ({exc.strerror or exc}); choose a writable folder") from None
+    return path
 
 
 def meta_path(path: Path) -> Path:
@@ -169,6 +186,9 @@ def read_meta(path: Path) -> dict[str, Any]:
         raise UsageError(f"{mp} is not valid JSON ({exc.msg}, line {exc.lineno}); restore or delete it") from None
     if not isinstance(meta, dict):
         raise UsageError(f"{mp} is not a specharness header (a JSON object); restore or delete it")
+    for key in ("temperature", "max_new_tokens"):  # what every table divides or groups by
+        if meta.get(key) is not None and (isinstance(meta[key], bool) or not isinstance(meta[key], (int, float))):
+            raise UsageError(f"{mp}: '{key}' is {meta[key]!r}, not a number; restore it or delete the file")
     return meta
 
 
@@ -197,6 +217,17 @@ def merge_compared(compared: list[str], beside: list[str]) -> list[str]:
     return [m for m in compared if m in beside]
 
 
+def holds_records(path: Path) -> bool:
+    """Whether a run writing ``path`` afresh would discard something: an empty file was left by a run
+    stopped before its first question finished, and is simply started again."""
+    return path.exists() and path.stat().st_size > 0
+
+
+def refuse_existing(path: Path) -> None:
+    raise UsageError(f"{path} already exists; add --resume to continue it, --overwrite to start again, "
+                     "or --out to write elsewhere")
+
+
 class ResultWriter:
     """Appends question records to one method's result file; resumes or refuses as asked."""
 
@@ -209,10 +240,9 @@ class ResultWriter:
         self._compiled_before = 0
         self.appended = 0
         check_writable(self.path)
-        if self.path.exists() and not overwrite:
+        if holds_records(self.path) and not overwrite:
             if not resume:
-                raise UsageError(f"{self.path} already exists; add --resume to continue it, --overwrite "
-                                 "to start again, or --out to write elsewhere")
+                refuse_existing(self.path)
             old = read_meta(self.path)
             diff = [k for k in IDENTITY if old.get(k) != meta.get(k)]
             if diff:

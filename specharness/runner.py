@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from .budget import OPTION as BUDGET, AutoBudget, FixedSize
 from .engine import generate
-from .errors import UsageError
+from .errors import CodeFailed, UsageError
 from .hookspecs import DecoderSpec, RoundContext
 from .options import resolve_options
 from .plugins import Registry
@@ -93,6 +93,16 @@ def check_sampling(registry: Registry, name: str, temperature: float) -> None:
                          "with --levels greedy)")
 
 
+def _built(spec, target: TargetModel, options: dict):
+    """``spec.build(target, options)``, a factory's crash said in one line naming the method."""
+    try:
+        return spec.build(target, options)
+    except (UsageError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        raise CodeFailed(f"building method '{spec.name}'", exc) from exc
+
+
 def build_method(registry: Registry, name: str, raw_options: list[str] | dict, target: TargetModel,
                  temperature: float, verifier: str | None = None) -> Method:
     """Resolve options and the verifier, build the drafter, and wrap it in the engine."""
@@ -102,13 +112,13 @@ def build_method(registry: Registry, name: str, raw_options: list[str] | dict, t
     defaults = {o.name: o.default for o in spec.options}
     changed = {k: v for k, v in options.items() if v != defaults[k]}
     if isinstance(spec, DecoderSpec):
-        decode = spec.build(target, options)
+        decode = _built(spec, target, options)
         return Method(name, options, "own",
                       lambda ids, s, seed, on_round=None: decode(ids, s.max_new_tokens, s.temperature, seed),
                       changed=changed, defaults=defaults)
     vspec = resolve_verifier(registry, verifier, temperature)
     vname = vspec.name
-    drafter = spec.build(target, options)  # once: options checked and weights loaded now, not mid-run
+    drafter = _built(spec, target, options)  # once: options checked and weights loaded now, not mid-run
     max_width, verify_layer = int(getattr(drafter, "max_width", 1)), int(getattr(drafter, "exit_layer", 0))
     auto = AutoBudget(target, max_width - 1, verify_layer) if options.get(BUDGET.name) == "auto" else None
 
@@ -230,7 +240,12 @@ def run_question(target: TargetModel, method: Method, q: Question, s: Settings,
         if on_round:
             context = RoundContext(method.label, q.question_id, t)
             observe = lambda rd, context=context: on_round(rd, context)  # noqa: E731
-        gen = method.generate(ids, s, seed + t, observe)
+        try:
+            gen = method.generate(ids, s, seed + t, observe)
+        except (UsageError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # a method's own code (a plugin's drafter, the engine under it)
+            raise CodeFailed(f"method '{method.label}' on question {q.question_id} turn {t + 1}", exc) from exc
         res.turns.append(answered(target, messages, gen.token_ids))
         res.generations.append(gen)
         res.truncated.append(cut > 0)

@@ -558,6 +558,8 @@ def load_or_generate(target, settings: GenerationSettings, out_dir: str | Path, 
             raise UsageError(f"'{out_dir}' holds self-distillation data of another model, dtype or recipe "
                              f"({meta['model'].get('dtype')}, {meta['conversations']} conversations); "
                              "name another -o data=DIR, or delete that one to regenerate it")
+    from .results import check_folder
+    check_folder(out, "-o data")  # before minutes of generation, not when it saves
     ds = generate(target, settings, out, progress)
     return ds, json.loads((out / "generation.json").read_text()), False
 

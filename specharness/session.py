@@ -204,7 +204,7 @@ class RunPlan:
                methods: list[str], options: list[str], verifier: str | None, bench_file: str | None,
                bench: str | None, subtasks: str | None, limit: int | None, **outputs) -> "RunPlan":
         """Check everything before loading anything: one line for the first problem found."""
-        from .results import check_writable
+        from .results import check_writable, holds_records, refuse_existing
         check_settings(settings)
         check_executor_args(outputs.get("executor", "local"), outputs.get("workers"), outputs.get("address"))
         check_threads(engine.threads, here=outputs.get("executor", "local") == "local")
@@ -225,9 +225,8 @@ class RunPlan:
             raise UsageError("--resume keeps a file's finished questions and --overwrite discards them; give one")
         for path in filter(None, (out, out_dir and out_dir / "x")):
             check_writable(path)
-        if out and out.exists() and not (resume or overwrite):
-            raise UsageError(f"{out} already exists; add --resume to continue it, --overwrite to start again, "
-                             "or --out to write elsewhere")
+        if out and holds_records(out) and not (resume or overwrite):
+            refuse_existing(out)
         source = find_question_file(bench_file, bench)
         available = load_questions(source.path)
         chosen = parse_subtasks(subtasks)

@@ -39,9 +39,18 @@ def checkpoint_summary(path: str | Path | None) -> dict:
         return {}
 
 
+def check_held_out(options: dict, trainer: str) -> None:
+    """An epoch trainer measures its drafter on held-out conversations, and its report and every
+    result header quote that agreement: a run holding none out would quote a 0 it never measured."""
+    if not options["held_out"]:
+        raise UsageError(f"option {trainer}.held_out=0 holds no conversation out to measure the drafter's agreement "
+                         "on (its report and result headers quote it); give a share above 0 (default 0.05)")
+
+
 def claim_out_dir(out: Path, resume: bool) -> Path:
     """``out`` made ready for a run: a fresh run refuses a directory holding one, ``--resume``
     needs one. Returns the state file's path."""
+    from .results import check_folder
     state_file = out / STATE_FILE
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out '{out}' is a file; a training run writes a folder: name a new one")
@@ -49,10 +58,7 @@ def claim_out_dir(out: Path, resume: bool) -> Path:
         raise UsageError(f"--resume: no checkpoint in '{out}' ({STATE_FILE}); run without --resume first")
     if not resume and state_file.is_file():
         raise UsageError(f"'{out}' already holds a training run; pass --resume to continue it or choose another --out")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create --out '{out}' ({exc.strerror or exc}); choose a writable folder") from None
+    check_folder(out)
     return state_file
 
 

@@ -105,7 +105,7 @@ def spec_bench_file(url: str | None = None) -> Path:
         return cached
     url = url or os.environ.get("SPECHARNESS_SPECBENCH_URL") or SPEC_BENCH_URL
     how = (f"download {SPEC_BENCH_URL} yourself (sha256 {SPEC_BENCH_SHA256[:12]}...) and pass --bench-file PATH, "
-           "or set $SPECHARNESS_SPECBENCH to it")
+           "or set $SPECHARNESS_SPECBENCH to it and leave out --bench")
     print(f"specharness: downloading Spec-Bench's questions (commit {SPEC_BENCH_COMMIT[:7]}) from {url}",
           file=sys.stderr, flush=True)
     try:

@@ -55,9 +55,9 @@ def error_line(capsys, argv) -> str:
     (["compare", "--methods", "vanilla,vanilla"], "listed twice"),
     (["compare", "--methods", "vanilla,hf-generate", "-o", "k=1"], "does not name its method"),
     (["train", "nope"], "unknown trainer 'nope'"),
-    (["profile", "-o", "nope.trials=2"], "option 'nope.trials=2' is for 'nope', which is not among the methods run"),
-    (["compare", "--methods", "vanilla,pld", "-o", "kangaroo.eta=0.3"], "is for 'kangaroo', which is not among"),
-    (["run", "--method", "pld", "-o", "kangaroo.eta=0.3"], "is for 'kangaroo', which is not among the methods run"),
+    (["profile", "-o", "nope.trials=2"], "option 'nope.trials=2' names 'nope', which is not among the methods run"),
+    (["compare", "--methods", "vanilla,pld", "-o", "kangaroo.eta=0.3"], "names 'kangaroo', which is not among"),
+    (["run", "--method", "pld", "-o", "kangaroo.eta=0.3"], "names 'kangaroo', which is not among the methods run"),
     (["compare", "--methods", "vanilla,kangaroo:eta=0.3", "-o", "kangaroo.gamma=4"],
      "'kangaroo' runs as 'kangaroo:eta=0.3'; write kangaroo:eta=0.3.KEY=VALUE"),
     (["compare", "--methods", "vanilla,pld:k"], "'pld:k' in --methods: 'k' is not KEY=VALUE; write pld:KEY=VALUE"),
@@ -81,7 +81,7 @@ def error_line(capsys, argv) -> str:
     (["run", "--subtasks", ","], "--subtasks ',' names no subtask"),
     (["compare", "--methods", ","], "--methods names no method"),
     (["run", "--temperature", "nan"], "--temperature must be a number >= 0"),
-    (["run", "--method", "kangaroo", "-o", "eta=nan"], "option kangaroo.eta must be a number, got 'nan'"),
+    (["run", "--method", "kangaroo", "-o", "eta=nan"], "option kangaroo.eta must be a finite number, got 'nan'"),
     (["run", "--out", "x.jsonl", "--resume", "--overwrite"], "--overwrite discards them; give one"),
     (["run", "--out", "/tmp", "--overwrite"], "--out '/tmp' is a folder; name a file in it"),
     (["lossless", "--method", "pld", "--effect-a", "0"], "--effect-a must be a positive effect size w"),
@@ -89,6 +89,18 @@ def error_line(capsys, argv) -> str:
     (["lossless", "--method", "pld", "--tolerance", "-1"], "--tolerance must be a logit margin >= 0"),
     (["lossless", "--method", "pld", "--json", "/tmp"], "--json '/tmp' is a folder"),
     (["train", "kangaroo", "--out", "/proc/self/status"], "is a file; a training run writes a folder"),
+    (["train", "kangaroo", "-o", "lr=inf"], "option kangaroo.lr must be a finite number, got 'inf'"),
+    (["profile", "--configs", ","], "--configs ',' names no DTYPE/MODE"),
+    (["profile", "--methods", ","], "--methods ',' names no method"),
+    (["report", ".", "--out", "/proc/self/status"], "--out '/proc/self/status' is a file; this writes a folder"),
+    (["report", ".", "--out", "/proc/nope"], "cannot write into --out '/proc/nope'"),
+    (["report", ".", "--profile", "/proc"], "--profile '/proc' is a folder"),
+    (["lossless", "--method", "pld", "--levels", "greedy", "--verifier", "speculative-sampling"],
+     "--verifier speculative-sampling is a sampling rule, but --levels greedy runs no check it applies to"),
+    (["lossless", "--method", "pld", "--levels", "a", "--verifier", "greedy"], "is a greedy rule"),
+    (["lossless", "--method", "pld", "--verifier", ","], "--verifier ',' names no acceptance rule"),
+    (["lossless", "--method", "pld", "--levels", "greedy,b", "--tiny-option", "k=1"], "--tiny-option sets"),
+    (["lossless", "--method", "pld", "--json", "/proc/self/status/x.json"], "'/proc/self/status' is a file, not a folder"),
 ])
 def test_bad_input_is_one_line(capsys, argv, expected):
     assert expected in error_line(capsys, argv)
@@ -358,3 +370,88 @@ def test_profile_methods_narrows_what_is_profiled():
     assert set(profiled(registry, "", [], [])) == set(registry.methods)
     got = profiled(registry, "vanilla,sam", ["sam:fallback=none"], ["sam.k=3"])
     assert got == {"vanilla": ("vanilla", []), "sam": ("sam", ["k=3"]), "sam:fallback=none": ("sam", ["fallback=none"])}
+
+
+def test_a_method_that_raises_is_one_line_and_a_run_that_kept_nothing_starts_again(capsys, tmp_path):
+    """A plugin's drafter raising mid-run: one line naming the method and the question, the traceback
+    in a file; files it left empty do not block the next run."""
+    plugin = tmp_path / "boom.py"
+    plugin.write_text("from specharness.hookspecs import DrafterSpec, hookimpl\n"
+                      "class D:\n    exit_layer = 0\n    def begin(self, state, h): pass\n"
+                      "    def propose(self, state): raise RuntimeError('propose exploded')\n"
+                      "    def commit(self, state, acc): pass\n"
+                      "@hookimpl\ndef specharness_drafters():\n"
+                      "    return [DrafterSpec('boom', lambda target, options: D(), options=[], help='raises')]\n")
+    out = tmp_path / "r" / "boom.jsonl"
+    capsys.readouterr()
+    assert main(["run", "--plugin", str(plugin), "--method", "boom", "--limit", "1", "--out", str(out),
+                 "--engine", "quick", *QUICK]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after the run's own progress lines
+    assert err.startswith("specharness: error: ")
+    assert "method 'boom' on question" in err and "raised RuntimeError: propose exploded" in err
+    assert "no question had finished, so nothing was kept" in err
+    kept = Path(re.search(r"traceback in (\S+)\)", err).group(1))
+    assert "propose exploded" in kept.read_text() and "Traceback" in kept.read_text()
+    assert out.read_text() == ""
+    assert main(["run", "--method", "pld", "--limit", "1", "--out", str(out), "--engine", "quick", *QUICK]) == 0
+    assert len(raw_records(out)) == 1  # started afresh, not refused as "already exists"
+
+    plugin.write_text("x = 1\n")
+    assert "implements no specharness hook" in error_line(capsys, ["list", "--plugin", str(plugin)])
+
+
+def test_bad_report_inputs_are_one_line(capsys, tmp_path):
+    """A profile that is not one, a report plugin that raises or returns no sections, a header whose
+    temperature is not a number, a record whose token counts are not numbers."""
+    d = tmp_path / "r"
+    assert main(["run", "--limit", "1", "--out", str(d / "v.jsonl"), "--engine", "quick", *QUICK]) == 0
+    (tmp_path / "p.json").write_text('{"a": 1}')
+    assert "is not a specharness profile" in error_line(capsys, ["report", str(d), "--profile", str(tmp_path / "p.json"),
+                                                                 "--out", str(tmp_path / "o")])
+    (tmp_path / "p.json").write_text("{torn")
+    assert "cannot be read (JSONDecodeError" in error_line(capsys, ["report", str(d), "--profile",
+                                                                    str(tmp_path / "p.json"), "--out", str(tmp_path / "o")])
+    plugin = tmp_path / "sec.py"
+    plugin.write_text("from specharness.hookspecs import hookimpl\n"
+                      "@hookimpl\ndef specharness_report_sections(runs):\n    raise RuntimeError('no sections today')\n")
+    err = error_line(capsys, ["report", str(d), "--plugin", str(plugin), "--out", str(tmp_path / "o")])
+    assert f"report plugin 'plugin:{plugin}' raised RuntimeError: no sections today" in err
+    plugin.write_text("from specharness.hookspecs import hookimpl\n"
+                      "@hookimpl\ndef specharness_report_sections(runs):\n    return [42]\n")
+    assert "returned int '42', not a section" in error_line(capsys, ["report", str(d), "--plugin", str(plugin),
+                                                                     "--out", str(tmp_path / "o")])
+    line = (d / "v.jsonl").read_text()
+    record = json.loads(line)
+    record["choices"][0]["new_tokens"] = ["6"]
+    (d / "v.jsonl").write_text(json.dumps(record) + "\n")
+    assert "its 'new_tokens' is ['6'], not a list of numbers" in error_line(capsys, ["report", str(d),
+                                                                                     "--out", str(tmp_path / "o")])
+    (d / "v.jsonl").write_text(line)
+    meta = json.loads(meta_path(d / "v.jsonl").read_text())
+    meta_path(d / "v.jsonl").write_text(json.dumps({**meta, "temperature": "hot"}))
+    assert "'temperature' is 'hot', not a number" in error_line(capsys, ["report", str(d), "--out", str(tmp_path / "o")])
+
+
+def test_profile_refuses_what_the_model_cannot_hold_and_an_unfinished_profile(capsys, tmp_path):
+    (tmp_path / "profile.json").write_text('{"complete": false, "configs": []}')
+    assert "stopped before its engine configurations were measured" in error_line(
+        capsys, ["profile", "--drafters-only", "--out", str(tmp_path)])
+    capsys.readouterr()
+    assert main(["profile", "--configs", "float32/none", "--widths", "9000", "--contexts", "16", "--prefills", "8",
+                 "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after the bandwidth it measured first
+    assert "--contexts 16 + --widths 9000" in err and "positions exceed the 8192" in err
+
+
+def test_a_cache_that_cannot_be_a_folder_is_named(capsys, tmp_path, monkeypatch):
+    (tmp_path / "afile").write_text("")
+    monkeypatch.setenv("SPECHARNESS_CACHE", str(tmp_path / "afile"))
+    assert f"$SPECHARNESS_CACHE '{tmp_path / 'afile'}' cannot be a folder" in error_line(capsys, ["run", *QUICK])
+
+
+def test_list_into_a_closed_pipe_is_quiet():
+    import subprocess
+    import sys
+    done = subprocess.run(f"{sys.executable} -m specharness list | head -1", shell=True, capture_output=True,
+                          text=True, cwd=ROOT)
+    assert done.stdout.strip() and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr

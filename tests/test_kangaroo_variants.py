@@ -116,6 +116,8 @@ def test_trainer_variants_train_save_and_load(tiny, tmp_path, monkeypatch):
         raise AssertionError("a wrong init must fail before the data is read or generated")
 
     monkeypatch.setattr(kt.sd, "load_or_generate", no_data)
+    with pytest.raises(UsageError, match="held_out=0 holds no conversation out"):
+        kt.run(tiny, {**opts, "held_out": 0.0}, tmp_path / "ad4", False)
     for init, match in ((str(tmp_path / "ad"), "ffn=True"), ("shipped", "no adapter ships"),
                         (str(tmp_path / "missing"), "does not exist")):
         with pytest.raises(UsageError, match=match) as e:

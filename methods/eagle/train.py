@@ -155,6 +155,7 @@ def evaluate(head, target, convs: Conversations, indices: list[int], subset, row
 
 def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) -> dict:
     out = Path(out_dir) if out_dir else cache_root() / "eagle" / model_slug(target.name)
+    training.check_held_out(options, "eagle")
     state_file = training.claim_out_dir(out, resume)
     started = time.perf_counter()
     L = target.n_layers

@@ -147,6 +147,7 @@ def side_by_side(f: dict, layers: tuple[int, ...]) -> dict:
 def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) -> dict:
     layers = parse_layers(options["layers"], target.n_layers)
     out = Path(out_dir) if out_dir else cache_root() / "eagle3" / model_slug(target.name)
+    training.check_held_out(options, "eagle3")
     state_file = training.claim_out_dir(out, resume)
     started = time.perf_counter()
 

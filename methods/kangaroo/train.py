@@ -169,6 +169,7 @@ def run(target: TargetModel, options: dict, out_dir: Path | None, resume: bool) 
     variant = ("-ffn" if options["ffn"] else "") + ("-ownhead" if options["head"] == "own" else "")
     out = Path(out_dir) if out_dir else cache_root() / "adapters" / "kangaroo" / f"{model_slug(target.name)}-l{l}{variant}"
     tuned = _checkpoint_to_tune(target, l, options)
+    training.check_held_out(options, "kangaroo")
     state_file = training.claim_out_dir(out, resume)
     started = time.perf_counter()
 

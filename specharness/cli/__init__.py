@@ -8,6 +8,7 @@ on disk and says how to resume.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..errors import UsageError
@@ -50,3 +51,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader closed the pipe (list | head): it has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 0

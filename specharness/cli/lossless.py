@@ -85,10 +85,19 @@ def _say_exercised(r: dict, method: str) -> None:
         print(f"  note: {method} proposed no drafts here, so only plain sampling was tested")
 
 
-def _split_verifiers(registry, text: str | None) -> dict[bool, str | None]:
+def _split_verifiers(registry, text: str | None, levels: list[str]) -> dict[bool, str | None]:
+    """--verifier's rules by kind (sampling or not), each required to have a level of its kind to run in."""
     out: dict[bool, str | None] = {False: None, True: None}
-    for name in [v.strip() for v in (text or "").split(",") if v.strip()]:
-        out[registry.verifier(name).sampling] = name
+    names = [v.strip() for v in (text or "").split(",") if v.strip()]
+    if text is not None and not names:
+        raise UsageError(f"--verifier '{text}' names no acceptance rule; leave it out for the defaults")
+    for name in names:
+        sampling = registry.verifier(name).sampling
+        if not set(levels) & ({"a", "b", "c"} if sampling else {"greedy"}):
+            kind, which = ("a sampling rule", "a, b or c") if sampling else ("a greedy rule", "greedy")
+            raise UsageError(f"--verifier {name} is {kind}, but --levels {','.join(levels)} runs no check it "
+                             f"applies to; add {which} to --levels, or leave --verifier out")
+        out[sampling] = name
     return out
 
 
@@ -100,6 +109,9 @@ def _check_args(args) -> list[str]:
     bad = [x for x in levels if x not in ("greedy", "a", "b", "c")]
     if bad or not levels:
         raise UsageError(f"--levels takes greedy, a, b, c (comma-separated), got '{args.levels}'")
+    if args.tiny_option and not {"a", "c"} & set(levels):
+        raise UsageError("--tiny-option sets the tiny model's method for levels a and c, which --levels leaves out; "
+                         "add them or drop --tiny-option")
     if args.temperature <= 0:
         raise UsageError("--temperature must be > 0: levels (a), (b) and (c) test sampling")
     if not 0 < args.alpha < 1:
@@ -198,7 +210,7 @@ def cmd_lossless(args) -> int:
         torch.set_num_threads(args.threads)
     registry = build_registry(args.plugin)
     registry.method(args.method)
-    verifiers = _split_verifiers(registry, args.verifier)
+    verifiers = _split_verifiers(registry, args.verifier, levels)
     report: dict[str, Any] = {"method": args.method, "options": args.option, "verifiers": verifiers,
                               "levels": {}, "command": "python -m specharness " + " ".join(sys.argv[1:])}
     failed = False

@@ -55,7 +55,10 @@ def add_parser(sub) -> None:
 def profiled(registry, methods: str, variant: list[str], option: list[str]) -> dict[str, tuple[str, list[str]]]:
     """The methods to profile (``--methods``, default every installed one) and the ``--variant`` ones,
     label -> (method, KEY=VALUE options), each option checked now, not when its drafter is reached."""
-    names = [m.strip() for m in methods.split(",") if m.strip()] or list(registry.methods)
+    names = [m.strip() for m in methods.split(",") if m.strip()]
+    if methods.strip() and not names:
+        raise UsageError(f"--methods '{methods}' names no method; leave it out to profile every installed one")
+    names = names or list(registry.methods)
     chosen = {label: label.split(":")[0] for label in [*names, *variant]}
     for label, method in chosen.items():
         if method not in registry.methods:
@@ -84,6 +87,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     except ValueError:
         raise UsageError("--configs DTYPE/MODE,...; --widths, --contexts and --prefills comma-separated "
                          "integers") from None
+    if not configs:
+        raise UsageError(f"--configs '{args.configs}' names no DTYPE/MODE; e.g. --configs bfloat16/default,float32/none")
     for c in configs:
         if len(c) != 2 or c[0] not in DTYPE_CHOICES[1:] or c[1] not in COMPILE_CHOICES[1:]:
             raise UsageError(f"--configs: '{'/'.join(c)}' is not DTYPE/MODE (e.g. bfloat16/default)")
@@ -101,6 +106,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
         if not path.is_file():
             raise UsageError(f"--drafters-only updates a profile: '{path}' does not exist; run profile first")
         result = json.loads(path.read_text())
+        if not isinstance(result, dict) or "chosen" not in result:
+            raise UsageError(f"'{path}' stopped before its engine configurations were measured (no 'chosen'); run "
+                             "profile again without --drafters-only")
         dtype, mode = result["chosen"]["dtype"], result["chosen"]["compile"]
         result.update(engine_profile.method_costs(args.model, args.device, threads, dtype, mode, registry, result["hf_generate"],
                                    args.tokens, log, variants, args.passes))

@@ -14,11 +14,12 @@ from pathlib import Path
 
 from .. import stats
 from ..costmodel import Profile
+from ..errors import CodeFailed, UsageError
 from . import figures, looping, scaling, tables
 from .looping import LoopRule
 from .render import Writer
 from .runs import Run, select_runs
-from .sections import Section
+from .sections import Figure, Note, Section, Table
 
 DEFINITIONS = (
     "Definitions: speedup = vanilla time / method time on the same questions (throughput ratio), "
@@ -31,16 +32,26 @@ DEFINITIONS = (
 
 def method_sections(runs: list[Run], plugins: list[str]) -> list[Section]:
     """Sections the methods contribute (entry-point group ``specharness.report`` and --plugin)."""
-    from ..plugins import REPORT_GROUP, check_hooks, entry_point_plugins, load_plugin, new_manager
+    from ..plugins import REPORT_GROUP, entry_point_plugins, new_manager, register_plugins
     pm = new_manager()
     for name, module in entry_point_plugins(REPORT_GROUP, required=False):
         pm.register(module, name=name)
-    for ref in plugins:
-        module = load_plugin(ref)
-        if not pm.is_registered(module):
-            pm.register(module, name=f"plugin:{ref}")
-    check_hooks(pm)
-    return [s for sections in pm.hook.specharness_report_sections(runs=runs) for s in sections or []]
+    register_plugins(pm, plugins)
+    out = []
+    # each plugin in pluggy's call order, one at a time, so a failure names its plugin
+    for impl in reversed(pm.hook.specharness_report_sections.get_hookimpls()):
+        try:
+            sections = list(impl.function(runs=runs) or [])
+        except (UsageError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            raise CodeFailed(f"report plugin '{impl.plugin_name}'", exc) from exc
+        wrong = next((s for s in sections if not isinstance(s, (Table, Figure, Note))), None)
+        if wrong is not None:
+            raise UsageError(f"report plugin '{impl.plugin_name}' returned {type(wrong).__name__} {str(wrong)[:40]!r}, "
+                             "not a section; return Table, Figure or Note objects (specharness.report.sections)")
+        out += sections
+    return out
 
 
 def build_report(paths: list[str | Path], out: str | Path, plugins: list[str] | None = None,
