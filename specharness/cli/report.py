@@ -60,13 +60,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ..tasks.specbench import SUBTASKS
     if args.ctar_subtask not in SUBTASKS:
         raise UsageError(f"unknown subtask '{args.ctar_subtask}'; choose from {', '.join(SUBTASKS)}")
-    from ..results import check_folder
     if args.profile and Path(args.profile).is_dir():
         hint = " (it holds profile.json)" if (Path(args.profile) / "profile.json").is_file() else ""
         raise UsageError(f"--profile '{args.profile}' is a folder{hint}; give its profile.json")
     if args.profile and not Path(args.profile).is_file():
         raise UsageError(f"profile '{args.profile}' does not exist; make one with 'python -m specharness profile'")
-    check_folder(Path(args.out))
     writer = build_report(args.results, args.out, args.plugin, args.ctar_subtask, args.profile, loop_rule(args))
     print(f"wrote {len(writer.made)} files to {writer.out}: {', '.join(writer.made)}")
     return 0

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..results import check_folder
 from .sections import Figure, Note, Section, Table
 
 
@@ -56,7 +57,7 @@ class Writer:
         self.sections: list[str] = []  # Markdown of report.md's "Tables and figures"
         self.notes: list[str] = []
         self.data: dict[str, Any] = {}
-        out.mkdir(parents=True, exist_ok=True)
+        check_folder(out)  # made once the inputs are read: a refused report leaves no folder
 
     def write(self, name: str, text: str) -> None:
         (self.out / name).write_text(text)
