@@ -92,8 +92,6 @@ def error_line(capsys, argv) -> str:
     (["train", "kangaroo", "-o", "lr=inf"], "option kangaroo.lr must be a finite number, got 'inf'"),
     (["profile", "--configs", ","], "--configs ',' names no DTYPE/MODE"),
     (["profile", "--methods", ","], "--methods ',' names no method"),
-    (["report", ".", "--out", "/proc/self/status"], "--out '/proc/self/status' is a file; this writes a folder"),
-    (["report", ".", "--out", "/proc/nope"], "cannot write into --out '/proc/nope'"),
     (["report", ".", "--profile", "/proc"], "--profile '/proc' is a folder"),
     (["lossless", "--method", "pld", "--levels", "greedy", "--verifier", "speculative-sampling"],
      "--verifier speculative-sampling is a sampling rule, but --levels greedy runs no check it applies to"),
@@ -405,6 +403,9 @@ def test_bad_report_inputs_are_one_line(capsys, tmp_path):
     temperature is not a number, a record whose token counts are not numbers."""
     d = tmp_path / "r"
     assert main(["run", "--limit", "1", "--out", str(d / "v.jsonl"), "--engine", "quick", *QUICK]) == 0
+    assert "--out '/proc/self/status' is a file; this writes a folder" in error_line(
+        capsys, ["report", str(d), "--out", "/proc/self/status"])
+    assert "cannot write into --out '/proc/nope'" in error_line(capsys, ["report", str(d), "--out", "/proc/nope"])
     (tmp_path / "p.json").write_text('{"a": 1}')
     assert "is not a specharness profile" in error_line(capsys, ["report", str(d), "--profile", str(tmp_path / "p.json"),
                                                                  "--out", str(tmp_path / "o")])

@@ -378,3 +378,14 @@ def test_an_empty_option_value_is_labelled_as_empty_and_a_path_by_its_name(tmp_p
     _shipped_and_old(tmp_path, options={"eta": 0.6})
     labels = {r.path.stem: r.label for r in select_runs([tmp_path])}
     assert labels == {"vanilla": "vanilla", "shipped": "kangaroo (adapter='')", "old": "kangaroo (adapter=old)"}
+
+
+def test_table1_quotes_each_vanillas_speed_when_several_are_baselines(tmp_path):
+    """Two vanilla files under different settings, each the baseline of its own rows: the caption
+    names both speeds, not only the first file's."""
+    qs = questions(2)
+    write_run(tmp_path / "v24.jsonl", "vanilla", {}, qs, tokens=24)
+    write_run(tmp_path / "v48.jsonl", "vanilla", {}, qs, tokens=48, seed=1)
+    assert run_report([str(tmp_path), "--out", str(tmp_path / "out")]) == 0
+    caption = (tmp_path / "out" / "table1.md").read_text().split("\n")[0]
+    assert caption.count("Vanilla: ") == 1 and caption.count(" tokens/s") == 1 and "; " in caption.split("Vanilla: ")[1]

@@ -54,8 +54,11 @@ def table1(runs: list[Run], name: str = "table1", title: str = "Table 1", label:
         caption = (f"Speedup over vanilla decoding (throughput ratio, 95% paired BCa bootstrap interval "
                    f"over questions) and compression rate CR (generated tokens per target forward) per "
                    f"subtask, temperature {t:g}. Avg. = mean over subtasks (stratified bootstrap).")
-        if van:
+        if len(van) == 1:
             caption += f" Vanilla: {metrics.throughput(van[0].records):.1f} tokens/s."
+        elif van:  # vanilla under several settings: each is some row's baseline
+            caption += " Vanilla: " + "; ".join(f"{r.short} {metrics.throughput(r.records):.1f}" for r in van) + \
+                " tokens/s."
         if min(len(r.subset(s)) for r in rows_runs for s in subs) < stats.MIN_QUESTIONS:
             caption += (f" Some cells hold fewer than {stats.MIN_QUESTIONS} questions: their intervals "
                         "are rough.")
