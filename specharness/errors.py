@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import tempfile
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -34,3 +35,15 @@ class CodeFailed(UsageError):
         except OSError:
             kept = "no traceback file: the temp folder is not writable"
         super().__init__(f"{what} raised {exception_line(exc)} ({kept})")
+
+
+@contextmanager
+def blamed_on(what: str):
+    """Run code the harness calls but does not own (a method, a plugin's hook) so that its crash is
+    one line naming ``what``; a user error or Ctrl-C inside passes through unchanged."""
+    try:
+        yield
+    except (UsageError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        raise CodeFailed(what, exc) from exc

@@ -84,10 +84,10 @@ def method_variants(labels: list[str], raw: list[str]) -> dict[str, tuple[str, l
     for item in raw:
         owner = max((lb for lb in labels if item.startswith(lb + ".")), key=len, default=None)
         named = item.split("=", 1)[0].rpartition(".")[0]  # "kangaroo" in kangaroo.eta=0.3
+        label = next((lb for lb in labels if named and out[lb][0] == named), None)  # it runs under another label
         if owner:  # the longest label wins, so a label holding "eta=0.3" is not split at its dot
             out[owner][1].append(item[len(owner) + 1:])
-        elif named and any(lb.split(":")[0] == named for lb in labels):
-            label = next(lb for lb in labels if lb.split(":")[0] == named)
+        elif label:
             raise UsageError(f"option '{item}': '{named}' runs as '{label}'; write {label}.KEY=VALUE, or put the "
                              f"option in the label ({label}:KEY=VALUE)")
         elif named:

@@ -38,6 +38,13 @@ def same_baseline(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return all(a.get(k) == b.get(k) for k in RUN_BASELINE_IDENTITY)
 
 
+def _try_writing(folder: Path, probe: str) -> None:
+    """``folder`` made if need be and a file written and removed in it (OSError where it cannot be)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / probe).write_text("")
+    (folder / probe).unlink()
+
+
 def check_writable(path: Path, flag: str = "--out") -> None:
     """Fail now, in one line, if results cannot be written at ``path`` (before hours of work)."""
     if path.is_dir():
@@ -47,10 +54,7 @@ def check_writable(path: Path, flag: str = "--out") -> None:
     if blocked is not None:
         raise UsageError(f"cannot write results to '{path}': '{blocked}' is a file, not a folder; choose another {flag}")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        probe = path.with_name(f".{path.name}.probe")
-        probe.write_text("")
-        probe.unlink()
+        _try_writing(path.parent, f".{path.name}.probe")
     except OSError as exc:
         raise UsageError(f"cannot write results to '{path}' ({exc.strerror or exc}); choose a writable "
                          f"{flag}{' / --out-dir' if flag == '--out' else ''}") from None
@@ -61,10 +65,7 @@ def check_folder(path: Path, flag: str = "--out") -> Path:
     if path.exists() and not path.is_dir():
         raise UsageError(f"{flag} '{path}' is a file; this writes a folder: name a new one")
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".probe"
-        probe.write_text("")
-        probe.unlink()
+        _try_writing(path, ".probe")
     except OSError as exc:
         raise UsageError(f"cannot write into {flag} '{path}' ({exc.strerror or exc}); choose a writable folder") from None
     return path

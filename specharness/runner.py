@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from .budget import OPTION as BUDGET, AutoBudget, FixedSize
 from .engine import generate
-from .errors import CodeFailed, UsageError
+from .errors import UsageError, blamed_on
 from .hookspecs import DecoderSpec, RoundContext
 from .options import resolve_options
 from .plugins import Registry
@@ -95,12 +95,8 @@ def check_sampling(registry: Registry, name: str, temperature: float) -> None:
 
 def _built(spec, target: TargetModel, options: dict):
     """``spec.build(target, options)``, a factory's crash said in one line naming the method."""
-    try:
+    with blamed_on(f"building method '{spec.name}'"):
         return spec.build(target, options)
-    except (UsageError, KeyboardInterrupt):
-        raise
-    except Exception as exc:
-        raise CodeFailed(f"building method '{spec.name}'", exc) from exc
 
 
 def build_method(registry: Registry, name: str, raw_options: list[str] | dict, target: TargetModel,
@@ -240,12 +236,8 @@ def run_question(target: TargetModel, method: Method, q: Question, s: Settings,
         if on_round:
             context = RoundContext(method.label, q.question_id, t)
             observe = lambda rd, context=context: on_round(rd, context)  # noqa: E731
-        try:
+        with blamed_on(f"method '{method.label}' on question {q.question_id} turn {t + 1}"):  # a plugin's drafter too
             gen = method.generate(ids, s, seed + t, observe)
-        except (UsageError, KeyboardInterrupt):
-            raise
-        except Exception as exc:  # a method's own code (a plugin's drafter, the engine under it)
-            raise CodeFailed(f"method '{method.label}' on question {q.question_id} turn {t + 1}", exc) from exc
         res.turns.append(answered(target, messages, gen.token_ids))
         res.generations.append(gen)
         res.truncated.append(cut > 0)

@@ -16,6 +16,7 @@ from ..distributions import POWER_GOAL
 from ..errors import UsageError
 from ..results import check_writable
 from ..runner import build_method
+from ..session import check_threads
 
 
 def add_parser(sub) -> None:
@@ -124,7 +125,6 @@ def _check_args(args) -> list[str]:
     for name in ("samples_a", "samples_b", "samples_c", "max_samples_b"):
         if getattr(args, name) is not None and getattr(args, name) < 10:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 10")
-    from ..session import check_threads
     check_threads(args.threads)
     for name in ("effect_a", "effect_b", "effect_c"):  # w = 0 would need infinite samples
         if not 0 < getattr(args, name) < float("inf"):
@@ -191,7 +191,6 @@ def cmd_lossless(args) -> int:
         if not Path(args.certify).is_dir():
             raise UsageError(f"--certify: '{args.certify}' is not a directory of result files")
         if args.threads:
-            from ..session import check_threads
             torch.set_num_threads(check_threads(args.threads))
         results = identity.certify(Path(args.certify), args.bench_file)
         bugs = sum(r["bug"] for r in results.values())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .. import stats
 from ..costmodel import Profile
-from ..errors import CodeFailed, UsageError
+from ..errors import UsageError, blamed_on
 from . import figures, looping, scaling, tables
 from .looping import LoopRule
 from .render import Writer
@@ -40,12 +40,8 @@ def method_sections(runs: list[Run], plugins: list[str]) -> list[Section]:
     out = []
     # each plugin in pluggy's call order, one at a time, so a failure names its plugin
     for impl in reversed(pm.hook.specharness_report_sections.get_hookimpls()):
-        try:
+        with blamed_on(f"report plugin '{impl.plugin_name}'"):
             sections = list(impl.function(runs=runs) or [])
-        except (UsageError, KeyboardInterrupt):
-            raise
-        except Exception as exc:
-            raise CodeFailed(f"report plugin '{impl.plugin_name}'", exc) from exc
         wrong = next((s for s in sections if not isinstance(s, (Table, Figure, Note))), None)
         if wrong is not None:
             raise UsageError(f"report plugin '{impl.plugin_name}' returned {type(wrong).__name__} {str(wrong)[:40]!r}, "
